@@ -1,0 +1,49 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create .venv with Python 3.12 and install everything they need.
+SHELL := /bin/bash
+PYTHON ?= $(shell for p in python3.12 $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1) /usr/bin/python3.12; do \
+            command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2]==(3,12)' 2>/dev/null && { echo $$p; break; }; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
+
+export MUJOCO_GL ?= egl
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: venv demo test test-slow lint format bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "error: Python 3.12 not found; run 'make PYTHON=/path/to/python3.12 ...'" >&2; exit 1; fi
+	@command -v ffmpeg >/dev/null 2>&1 || { if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null) || echo "warning: could not install ffmpeg; video decoding falls back to pyav"; \
+	  else echo "warning: ffmpeg not found and apt-get unavailable; video decoding falls back to pyav"; fi; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+demo: venv
+	$(VENV)/bin/cosmos3-robot demo
+
+test: venv
+	$(PY) -m pytest -q
+
+test-slow: venv
+	$(PY) -m pytest -q -m slow
+
+lint: venv
+	$(VENV)/bin/ruff check cosmos3_robot tests benchmarks
+	$(VENV)/bin/ruff format --check cosmos3_robot tests benchmarks
+
+format: venv
+	$(VENV)/bin/ruff format cosmos3_robot tests benchmarks
+	$(VENV)/bin/ruff check --fix cosmos3_robot tests benchmarks
+
+bench: venv
+	$(PY) benchmarks/speed.py --preset sim-small --out benchmarks/results/speed.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
