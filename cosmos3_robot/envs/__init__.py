@@ -1,1 +1,49 @@
-"""envs."""
+"""Gymnasium/MuJoCo tasks, registered on import under the `cosmos3_robot/` namespace.
+
+    import gymnasium as gym, cosmos3_robot.envs
+    env = gym.make("cosmos3_robot/Push-v0", image_size=96, control_hz=15)
+
+Envs never import policies (DESIGN.md §3): they expose observations, a success signal and the
+control rate (`env.metadata["render_fps"]`, Hz) that becomes the action sample rate.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from .base import PHYSICS_HZ, EnvConfig, MujocoTaskEnv
+from .experts import Expert, PushExpert, ReachExpert, make_expert
+from .push import PushEnv
+from .reach import ReachEnv
+
+NAMESPACE = "cosmos3_robot"
+# id -> (entry point, default episode steps at 10 Hz); gym.make(..., max_episode_steps=N) overrides
+_ENVS: dict[str, tuple[str, int]] = {
+    f"{NAMESPACE}/Reach-v0": ("cosmos3_robot.envs.reach:ReachEnv", 50),
+    f"{NAMESPACE}/Push-v0": ("cosmos3_robot.envs.push:PushEnv", 100),
+}
+ENV_IDS: list[str] = list(_ENVS)
+
+
+def register_envs() -> None:
+    for env_id, (entry_point, steps) in _ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, max_episode_steps=steps)
+
+
+def make_env(env_id: str, **kwargs) -> gym.Env:
+    """`gym.make` with the time limit scaled to the control rate (`episode_seconds` of the task)."""
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown env {env_id!r}; registered cosmos3 envs: {', '.join(ENV_IDS)}")
+    env = gym.make(env_id, **kwargs)
+    steps = env.unwrapped.max_steps
+    env.close()
+    return gym.make(env_id, max_episode_steps=steps, **kwargs)
+
+
+register_envs()
+
+__all__ = [
+    "ENV_IDS", "PHYSICS_HZ", "EnvConfig", "Expert", "MujocoTaskEnv", "PushEnv", "PushExpert",
+    "ReachEnv", "ReachExpert", "make_env", "make_expert", "register_envs",
+]

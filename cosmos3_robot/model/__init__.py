@@ -1,1 +1,23 @@
-"""model."""
+"""The Mixture-of-Transformers model: configs, RoPE, attention, blocks, the model, latent I/O."""
+
+from .config import AttentionConfig, ModelConfig, TowerConfig, preset
+from .mot import MoT, ReasonerCache, ReasonerOutput, TextCache, count_parameters
+from .sequence import GenInput, Stream, patchify, series_stream, unpatchify, video_stream
+
+__all__ = [
+    "AttentionConfig",
+    "GenInput",
+    "ModelConfig",
+    "MoT",
+    "ReasonerCache",
+    "ReasonerOutput",
+    "Stream",
+    "TextCache",
+    "TowerConfig",
+    "count_parameters",
+    "patchify",
+    "preset",
+    "series_stream",
+    "unpatchify",
+    "video_stream",
+]

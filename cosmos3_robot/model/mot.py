@@ -1,0 +1,347 @@
+"""The Mixture-of-Transformers world model.
+
+Axis glossary:  B batch · La Reasoner tokens · Ld Generator tokens · C hidden width · V vocabulary ·
+                G kv heads · D head_dim
+
+    input_ids ─► embed ─► [ layer 0 .. n: Reasoner half ] ─► norm ─► lm_head ─► logits
+                                   │ per-layer (K, V)  =  ReasonerCache (read-only)
+                                   ▼
+    GenInput ─► latent in-projections + modality/noise embeddings
+                 ─► [ layer 0 .. n: Generator half, reads the cache ] ─► norm_dm ─► out-projections
+                 ─► velocities per stream
+
+Entry points:
+  `reason`   — Reasoner only (a reasoning request never reads a Generator weight); returns logits
+               and the cache the Generator reads.
+  `denoise`  — Generator only, given a cache: one velocity prediction. Called once per sampling step
+               with the same cache, so the Reasoner runs once per request.
+  `forward`  — `reason` then `denoise`: the generation forward used for training.
+  `decode`   — incremental causal decoding of text with a KV cache.
+
+Noise-level conditioning follows Cosmos 3: a timestep embedding of σ is added to every *noisy*
+token at the input (clean tokens get none); audio and action tokens also get a learned modality
+embedding. The 2x2 patch merge of video latents happens in `sequence.patchify`, the linear part in
+`video_in`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .block import MoTBlock
+from .config import ModelConfig
+from .layers import EmbodimentLinear, RMSNorm, TimestepEmbedder
+from .rope import rope_cos_sin, text_positions, time_positions
+from .sequence import GenInput, Stream
+
+
+@dataclass
+class ReasonerCache:
+    """What the Generator reads from the Reasoner: per-layer (K, V) and the segment's extent.
+
+    kv[i] = (K, V), each (B, G, La, D), already rotated. Read-only: every denoising step reuses it.
+    """
+
+    kv: list[tuple[Tensor, Tensor]]
+    valid: Tensor | None  # (B, La) bool, None = no padding
+    next_position: Tensor  # (B,) first time position after the Reasoner segment
+
+    @property
+    def batch(self) -> int:
+        return self.next_position.shape[0]
+
+    @staticmethod
+    def cat(caches: list[ReasonerCache]) -> ReasonerCache:
+        """Stack caches along the batch (e.g. conditional + unconditional for guidance), padding
+        shorter Reasoner segments with masked keys."""
+        la = max(c.kv[0][0].shape[2] for c in caches)
+
+        def pad(x: Tensor) -> Tensor:
+            return torch.nn.functional.pad(x, (0, 0, 0, la - x.shape[2]))
+
+        kv = [
+            (torch.cat([pad(c.kv[i][0]) for c in caches]), torch.cat([pad(c.kv[i][1]) for c in caches]))
+            for i in range(len(caches[0].kv))
+        ]
+        valids = []
+        for c in caches:
+            b, n = c.batch, c.kv[0][0].shape[2]
+            v = c.valid if c.valid is not None else torch.ones(b, n, dtype=torch.bool, device=c.next_position.device)
+            valids.append(torch.nn.functional.pad(v, (0, la - n), value=False))
+        valid = torch.cat(valids)
+        return ReasonerCache(
+            kv=kv,
+            valid=None if bool(valid.all()) else valid,
+            next_position=torch.cat([c.next_position for c in caches]),
+        )
+
+    def repeat(self, n: int) -> ReasonerCache:
+        """Each sample's cache repeated n times along the batch (sample-major)."""
+        return ReasonerCache(
+            kv=[(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in self.kv],
+            valid=None if self.valid is None else self.valid.repeat_interleave(n, 0),
+            next_position=self.next_position.repeat_interleave(n, 0),
+        )
+
+
+@dataclass
+class ReasonerOutput:
+    hidden: Tensor  # (B, La, C) after the final norm
+    logits: Tensor | None  # (B, La, V)
+    cache: ReasonerCache
+    text_kv: list[tuple[Tensor, Tensor]] | None = None  # per-layer (K, V) for incremental decoding
+
+
+@dataclass
+class TextCache:
+    """Preallocated per-layer K/V for incremental text decoding; slots [0, length) are filled."""
+
+    k: list[Tensor]  # (B, G, Lmax, D) per layer
+    v: list[Tensor]
+    valid: Tensor  # (B, Lmax) bool
+    next_position: Tensor  # (B,) position of the next token
+    length: int
+
+
+class MoT(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        ar, dm, attn = config.reasoner, config.generator, config.attention
+        self.embed_tokens = nn.Embedding(config.vocab_size, ar.hidden_size)
+        self.layers = nn.ModuleList([MoTBlock(ar, dm, attn) for _ in range(attn.num_layers)])
+        self.norm = RMSNorm(ar.hidden_size, ar.rms_norm_eps)
+        self.lm_head = nn.Linear(ar.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        if dm is not None:
+            c = dm.hidden_size
+            self.norm_dm = RMSNorm(c, dm.rms_norm_eps)
+            self.time_embed = TimestepEmbedder(config.timestep_embed_dim, c)
+            self.video_in = nn.Linear(config.patch_dim, c)
+            self.video_out = nn.Linear(c, config.patch_dim)
+            if config.audio_dim is not None:
+                self.audio_in = nn.Linear(config.audio_dim, c)
+                self.audio_out = nn.Linear(c, config.audio_dim)
+                self.audio_embed = nn.Parameter(torch.zeros(c))
+            if config.action_dim is not None:
+                self.action_in = EmbodimentLinear(config.action_dim, c, config.num_embodiments)
+                self.action_out = EmbodimentLinear(c, config.action_dim, config.num_embodiments)
+                self.action_embed = nn.Parameter(torch.zeros(c))
+
+    # ------------------------------------------------------------------------------------------
+    # Reasoner
+    # ------------------------------------------------------------------------------------------
+
+    def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        a = self.config.attention
+        return rope_cos_sin(positions, a.head_dim, a.rope_theta, a.rope_sections)
+
+    def reason(
+        self,
+        input_ids: Tensor | None = None,
+        lengths: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        positions: Tensor | None = None,
+        deepstack: list[Tensor] | None = None,
+        logits: bool = True,
+        keep_text_kv: bool = False,
+    ) -> ReasonerOutput:
+        """Run the Reasoner alone.
+
+        input_ids (B, La) right-padded, lengths (B,) real lengths (None = all La); or inputs_embeds
+        (B, La, C) (e.g. text with ViT tokens spliced in). positions (B, 3, La): mRoPE positions
+        (default (i, i, i)). deepstack: tensors (B, La, C) added to the hidden state after layers
+        0, 1, ... (Qwen3-VL's DeepStack injection of intermediate ViT features).
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids or inputs_embeds")
+        if input_ids is not None:
+            if input_ids.ndim != 2:
+                raise ValueError(f"input_ids must have shape (B, La), got {tuple(input_ids.shape)}")
+            if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+                raise ValueError(f"input_ids must lie in [0, vocab_size={self.config.vocab_size})")
+            x = self.embed_tokens(input_ids)
+        else:
+            x = inputs_embeds
+        b, la = x.shape[:2]
+        valid = None
+        if lengths is not None:
+            if lengths.shape != (b,) or (lengths < 1).any() or (lengths > la).any():
+                raise ValueError(f"lengths must be a (B,) = ({b},) tensor with values in [1, {la}]")
+            valid = torch.arange(la, device=x.device)[None, :] < lengths[:, None]
+            if bool(valid.all()):
+                valid = None
+        if positions is None:
+            positions = text_positions(b, la, device=x.device)
+        elif positions.shape != (b, 3, la):
+            raise ValueError(f"positions must have shape (B, 3, La) = {(b, 3, la)}, got {tuple(positions.shape)}")
+        cos, sin = self._rope(positions)
+        kv, text_kv = [], []
+        for i, layer in enumerate(self.layers):
+            x, kv_dm, kv_self = layer.reason(x, cos, sin)
+            kv.append(kv_dm)
+            if keep_text_kv:
+                text_kv.append(kv_self)
+            if deepstack is not None and i < len(deepstack):
+                x = x + deepstack[i].to(x.dtype)
+        h = self.norm(x)
+        # The Generator's time axis starts after the last Reasoner position, plus a margin.
+        last = positions.amax(dim=1)  # (B, La)
+        if valid is not None:
+            last = last.masked_fill(~valid, float("-inf"))
+        next_position = last.amax(dim=1) + 1
+        cache = ReasonerCache(kv=kv, valid=valid, next_position=next_position)
+        return ReasonerOutput(
+            hidden=h,
+            logits=self.lm_head(h) if logits else None,
+            cache=cache,
+            text_kv=text_kv if keep_text_kv else None,
+        )
+
+    def start_decoding(self, out: ReasonerOutput, max_new_tokens: int) -> TextCache:
+        """Move a prompt's K/V into a preallocated cache with room for max_new_tokens."""
+        if out.text_kv is None:
+            raise ValueError("call reason(..., keep_text_kv=True) before decoding")
+        k0 = out.text_kv[0][0]
+        b, g, la, d = k0.shape
+        lmax = la + max_new_tokens
+        ks, vs = [], []
+        for k, v in out.text_kv:
+            kk = k.new_zeros(b, g, lmax, d)
+            vv = v.new_zeros(b, g, lmax, d)
+            kk[:, :, :la], vv[:, :, :la] = k, v
+            ks.append(kk)
+            vs.append(vv)
+        valid = torch.zeros(b, lmax, dtype=torch.bool, device=k0.device)
+        valid[:, :la] = True if out.cache.valid is None else out.cache.valid
+        return TextCache(k=ks, v=vs, valid=valid, next_position=out.cache.next_position.clone(), length=la)
+
+    def decode(self, token: Tensor, cache: TextCache) -> Tensor:
+        """One step of causal decoding: token (B,) -> logits (B, V); the cache grows by one slot."""
+        if cache.length >= cache.valid.shape[1]:
+            raise ValueError("text cache is full; pass a larger max_new_tokens to start_decoding")
+        b = token.shape[0]
+        if b != cache.valid.shape[0]:
+            raise ValueError(f"cache was built for batch {cache.valid.shape[0]}, got {b} tokens")
+        x = self.embed_tokens(token)[:, None, :]
+        pos = cache.next_position.float().view(b, 1, 1).expand(b, 3, 1)
+        cos, sin = self._rope(pos)
+        idx = cache.length
+        cache.valid[:, idx] = True
+        key_valid = cache.valid[:, : idx + 1]
+        for i, layer in enumerate(self.layers):
+            x = layer.decode(x, cos, sin, cache.k[i], cache.v[i], idx, key_valid)
+        cache.length += 1
+        cache.next_position = cache.next_position + 1
+        return self.lm_head(self.norm(x))[:, 0]
+
+    # ------------------------------------------------------------------------------------------
+    # Generator
+    # ------------------------------------------------------------------------------------------
+
+    def _stream_width(self, name: str) -> int:
+        c = self.config
+        width = {"video": c.patch_dim, "audio": c.audio_dim, "action": c.action_dim}[name]
+        if width is None:
+            raise ValueError(f"this model has no {name} projection (ModelConfig.{name}_dim is None)")
+        return width
+
+    def _embed_stream(self, name: str, s: Stream, offset: Tensor) -> tuple[Tensor, Tensor]:
+        """Stream -> tokens (B, N, C) with modality and noise-level embeddings, positions (B, 3, N)."""
+        dtype = self.video_in.weight.dtype
+        lat = s.latents.to(dtype)
+        if name == "video":
+            x = self.video_in(lat)
+        elif name == "audio":
+            x = self.audio_in(lat) + self.audio_embed
+        else:
+            x = self.action_in(lat, s.embodiment) + self.action_embed
+        if bool(s.noisy.any()):
+            t = self.time_embed(s.sigma * self.config.sigma_scale).to(x.dtype)
+            x = torch.where(s.noisy[..., None], x + t, x)
+        if s.positions is not None:
+            pos = s.positions.float()
+        else:
+            pos = time_positions(s.time_s, offset, self.config.time_units_per_second)
+            if s.grid is not None:
+                pos[:, 1:] = s.grid.transpose(1, 2).float()
+        return x, pos
+
+    def embed_generator(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor, Tensor | None]:
+        """GenInput -> tokens (B, Ld, C), positions (B, 3, Ld), validity (B, Ld) or None."""
+        if self.config.generator is None:
+            raise ValueError("this model has no Generator tower (Reasoner-only checkpoint); it can only reason")
+        b = gen.batch
+        if b != cache.batch:
+            raise ValueError(f"the Reasoner cache was built for batch {cache.batch}, the Generator input has {b}")
+        offset = cache.next_position + self.config.modality_margin
+        xs, poss, valids = [], [], []
+        for name, s in gen.items():
+            s.validate(name, self._stream_width(name))
+            x, pos = self._embed_stream(name, s, offset)
+            xs.append(x)
+            poss.append(pos)
+            valids.append(s.valid_mask())
+        dm_valid = torch.cat(valids, dim=1)
+        return torch.cat(xs, dim=1), torch.cat(poss, dim=2), None if bool(dm_valid.all()) else dm_valid
+
+    def run_generator(self, cache: ReasonerCache, x: Tensor, positions: Tensor, dm_valid: Tensor | None) -> Tensor:
+        """The Generator tower over embedded tokens x (B, Ld, C), reading the cache -> (B, Ld, C) normed."""
+        cos, sin = self._rope(positions)
+        for layer, kv in zip(self.layers, cache.kv, strict=True):
+            x = layer.generate(x, cos, sin, kv, cache.valid, dm_valid)
+        return self.norm_dm(x)
+
+    def denoise(self, cache: ReasonerCache, gen: GenInput) -> dict[str, Tensor]:
+        """One Generator pass over `gen`, reading the Reasoner's cache. Returns the predicted
+        velocity per stream, {name: (B, N, width)} (zeros where a token is padding)."""
+        x, positions, dm_valid = self.embed_generator(cache, gen)
+        h = self.run_generator(cache, x, positions, dm_valid)
+        streams = gen.items()
+        out = {}
+        for (name, s), part in zip(streams, torch.split(h, [s.length for _, s in streams], dim=1), strict=True):
+            if name == "video":
+                v = self.video_out(part)
+            elif name == "audio":
+                v = self.audio_out(part)
+            else:
+                v = self.action_out(part, s.embodiment)
+            out[name] = v * s.valid_mask()[..., None].to(v.dtype)
+        return out
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        gen: GenInput,
+        lengths: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[ReasonerOutput, dict[str, Tensor]]:
+        """The generation forward: Reasoner, then Generator reading the Reasoner's K/V."""
+        r = self.reason(input_ids, lengths=lengths, positions=positions)
+        return r, self.denoise(r.cache, gen)
+
+    # ------------------------------------------------------------------------------------------
+
+    def generator_parameters(self) -> list[nn.Parameter]:
+        """Parameters that only the Generator path reads."""
+        ar_ids = {id(p) for p in self.reasoner_parameters()}
+        return [p for p in self.parameters() if id(p) not in ar_ids]
+
+    def reasoner_parameters(self) -> list[nn.Parameter]:
+        params = list(self.embed_tokens.parameters()) + list(self.norm.parameters()) + list(self.lm_head.parameters())
+        for layer in self.layers:
+            params += list(layer.ar.parameters())  # (ar_key_norm_for_dm is read only by the Generator)
+        seen, unique = set(), []
+        for p in params:
+            if id(p) not in seen:
+                seen.add(id(p))
+                unique.append(p)
+        return unique
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
