@@ -23,7 +23,7 @@ MAX_SPEED = 0.4  # m/s at |action| = 1
 SUCCESS_RADIUS = 0.04  # m
 PUCK_RADIUS = 0.03
 PUSHER_RADIUS = 0.02
-PAD_IDLE_RGBA = (0.8, 0.8, 0.8, 1.0)
+PAD_IDLE_RGBA = (0.7, 0.7, 0.7, 1.0)
 PAD_GOAL_RGBA = (0.3, 0.8, 0.35, 1.0)
 
 

@@ -115,6 +115,8 @@ class ModelConfig:
     # Noise level fed to the timestep embedding is sigma * sigma_scale (Cosmos 3: the pipeline's
     # timesteps are sigma*1000 and the transformer multiplies by timestep_scale=0.001).
     sigma_scale: float = 1.0
+    # Trained with a null (empty-prompt) condition, so classifier-free guidance is meaningful.
+    null_condition: bool = False
     timestep_embed_dim: int = 256
 
     def __post_init__(self) -> None:

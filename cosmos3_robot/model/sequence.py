@@ -109,6 +109,29 @@ class GenInput:
             raise ValueError(f"Generator streams disagree on batch size: { {n: s.batch for n, s in items} }")
         return sizes.pop()
 
+    @staticmethod
+    def cat(inputs: list[GenInput]) -> GenInput:
+        """Stack Generator inputs along the batch (same streams and token counts in each)."""
+        names = [n for n, _ in inputs[0].items()]
+        out = {}
+        for n in names:
+            ss = [getattr(g, n) for g in inputs]
+            if any(s is None for s in ss) or len({s.length for s in ss}) != 1:
+                raise ValueError(f"cannot batch Generator inputs: stream {n!r} is missing or differs in length")
+
+            def cat_field(field: str, ss=ss):
+                vals = [getattr(s, field) for s in ss]
+                if all(v is None for v in vals):
+                    return None
+                if field == "valid":
+                    vals = [s.valid_mask() for s in ss]
+                if any(v is None for v in vals):
+                    raise ValueError(f"cannot batch Generator inputs: {n}.{field} is set in some and not others")
+                return torch.cat(vals, dim=0)
+
+            out[n] = Stream(**{f.name: cat_field(f.name) for f in fields(Stream)})
+        return GenInput(**out)
+
     def replace_latents(self, latents: dict[str, Tensor], sigma: dict[str, Tensor] | None = None) -> GenInput:
         sigma = sigma or {}
         return GenInput(

@@ -1,0 +1,318 @@
+"""`cosmos3-robot record`: roll out a scripted expert (or any policy) and write a LeRobot dataset.
+
+Written with LeRobot's own writer (`LeRobotDataset.create/resume`, `add_frame`, `save_episode`,
+`finalize`), fps = the env control rate, so action timestamps are frame timestamps.
+
+Crash safety. LeRobot 0.6.1 keeps parquet writers open until `finalize()` and rewrites
+`meta/info.json` after every episode, so a process killed mid-recording leaves footer-less
+parquet files that `info.json` already counts. `resume()` always starts *new* data, video and
+episode-metadata files, so we record in sessions of `checkpoint_every` episodes:
+
+    session:  [mark in-progress] resume/create -> N x (add_frame..., save_episode) -> finalize
+              -> [snapshot meta + file manifest = commit] -> [clear mark]
+
+A run that finds the in-progress mark rolls back to the last commit (restores info/stats/tasks,
+deletes files not in the manifest) before resuming, so finished sessions are never corrupted.
+A Python exception mid-episode drops only that episode's buffer and commits the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+STATE_DIR = ".cosmos3_record"
+_KNOWN_TOP = {"meta", "data", "videos", "images", STATE_DIR}
+_SNAPSHOT_META = ("info.json", "stats.json", "tasks.parquet")
+_TRACKED_DIRS = ("data", "videos", "meta/episodes")
+
+Policy = Callable[[dict], np.ndarray]
+PolicyFactory = Callable[["object", int], Policy]  # (env, episode_seed) -> policy(obs) -> action
+
+
+@dataclass
+class RecordResult:
+    root: Path
+    repo_id: str
+    total_episodes: int  # in the dataset after this call
+    new_episodes: int  # recorded by this call
+    new_frames: int
+    seconds: float
+    successes: list[bool] = field(default_factory=list)
+
+    @property
+    def frames_per_second(self) -> float:
+        return self.new_frames / self.seconds if self.seconds > 0 else 0.0
+
+
+def dataset_features(env) -> dict:
+    """LeRobot feature spec for one of our envs (names come from the task class)."""
+    u = env.unwrapped
+    size = u.config.image_size
+    return {
+        "observation.image": {"dtype": "video", "shape": (size, size, 3), "names": ["height", "width", "channels"]},
+        "observation.state": {"dtype": "float32", "shape": (u.STATE_DIM,), "names": list(u.STATE_NAMES)},
+        "observation.environment_state": {
+            "dtype": "float32",
+            "shape": (u.ENV_STATE_DIM,),
+            "names": list(u.ENV_STATE_NAMES),
+        },
+        "action": {"dtype": "float32", "shape": (u.ACTION_DIM,), "names": list(u.ACTION_NAMES)},
+    }
+
+
+# ---- commit / rollback ---------------------------------------------------------------------------
+def _tracked_files(root: Path) -> list[str]:
+    out = []
+    for d in _TRACKED_DIRS:
+        base = root / d
+        if base.is_dir():
+            out += [p.relative_to(root).as_posix() for p in base.rglob("*") if p.is_file()]
+    return sorted(out)
+
+
+def _commit(root: Path, total_episodes: int) -> None:
+    state = root / STATE_DIR
+    state.mkdir(exist_ok=True)
+    snap = state / f"commit-{total_episodes:06d}-{time.time_ns()}"
+    snap.mkdir()
+    for name in _SNAPSHOT_META:
+        if (root / "meta" / name).exists():
+            shutil.copy2(root / "meta" / name, snap / name)
+    (snap / "manifest.json").write_text(json.dumps({"files": _tracked_files(root)}))
+    tmp = state / "COMMITTED.tmp"
+    tmp.write_text(json.dumps({"snapshot": snap.name, "total_episodes": total_episodes}))
+    os.replace(tmp, state / "COMMITTED")  # atomic: the commit point
+    for old in state.glob("commit-*"):
+        if old.name != snap.name:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _wipe(root: Path) -> None:
+    extra = [p.name for p in root.iterdir() if p.name not in _KNOWN_TOP and not p.name.startswith("tmp")]
+    if extra:
+        raise ValueError(f"{root}: holds files that are not part of a LeRobot dataset ({extra}); choose another --root")
+    shutil.rmtree(root)
+
+
+def _rollback(root: Path) -> None:
+    """Bring `root` back to its last committed state if a session did not finish."""
+    state = root / STATE_DIR
+    if not (state / "IN_PROGRESS").exists():
+        return
+    pointer = state / "COMMITTED"
+    if not pointer.exists():  # the first session never committed: nothing worth keeping
+        _wipe(root)
+        return
+    snap = state / json.loads(pointer.read_text())["snapshot"]
+    keep = set(json.loads((snap / "manifest.json").read_text())["files"])
+    for rel in _tracked_files(root):
+        if rel not in keep:
+            (root / rel).unlink()
+    for name in _SNAPSHOT_META:
+        if (snap / name).exists():
+            shutil.copy2(snap / name, root / "meta" / name)
+    for p in root.iterdir():  # staging images and encoder temp dirs of the dead session
+        if p.is_dir() and (p.name == "images" or p.name.startswith("tmp")):
+            shutil.rmtree(p)
+    (state / "IN_PROGRESS").unlink()
+
+
+def _check_compatible(meta, root: Path, fps: int, features: dict) -> None:
+    if meta.fps != fps:
+        raise ValueError(f"dataset {root}: recorded at {meta.fps} fps, this run asks for {fps}; pass --fps {meta.fps}")
+    for key, ft in features.items():
+        have = meta.features.get(key)
+        if have is None or tuple(have["shape"]) != tuple(ft["shape"]):
+            raise ValueError(
+                f"dataset {root}: feature {key!r} is {have and have['shape']} on disk but the env gives "
+                f"{ft['shape']}; use the same --env/--image-size or another --root"
+            )
+
+
+# ---- recording -----------------------------------------------------------------------------------
+def _rollout(dataset, env, policy: Policy, seed: int) -> tuple[int, bool]:
+    obs, info = env.reset(seed=seed)
+    task = env.unwrapped.task
+    frames, done, success = 0, False, False
+    while not done:
+        action = np.asarray(policy(obs), dtype=np.float32)
+        if not np.all(np.isfinite(action)):
+            raise ValueError(f"policy returned a non-finite action {action} at frame {frames} (seed {seed})")
+        dataset.add_frame(
+            {
+                "observation.image": obs["pixels"],
+                "observation.state": obs["agent_pos"],
+                "observation.environment_state": obs["environment_state"],
+                "action": action,
+                "task": task,
+            }
+        )
+        frames += 1
+        obs, _, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        success = bool(info.get("is_success", False))
+    return frames, success
+
+
+def _close_session(dataset, root: Path) -> None:
+    if dataset.has_pending_frames():
+        dataset.clear_episode_buffer()
+    dataset.finalize()
+    _commit(root, dataset.meta.total_episodes)
+    (root / STATE_DIR / "IN_PROGRESS").unlink(missing_ok=True)
+
+
+def record_dataset(
+    env_id: str,
+    root: str | Path,
+    episodes: int,
+    repo_id: str | None = None,
+    fps: int | None = None,
+    noise: float = 0.1,
+    seed: int = 0,
+    image_size: int = 128,
+    checkpoint_every: int = 10,
+    policy_factory: PolicyFactory | None = None,
+    progress: bool = True,
+) -> RecordResult:
+    """Record until the dataset at `root` holds `episodes` episodes (resuming if it exists).
+
+    Episode e uses env seed `seed + e`, so a resumed run records what an uninterrupted one would.
+    `policy_factory(env, episode_seed)` returns `policy(obs) -> action`; default: the scripted
+    expert with Gaussian action noise `noise`.
+    """
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from tqdm import tqdm
+
+    from . import make_env, make_expert
+
+    os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 (LeRobot's default codec): errors only
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes} must be >= 1")
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every={checkpoint_every} must be >= 1")
+    root = Path(root)
+    repo_id = repo_id or f"local/{root.name}"
+    env_kwargs = {"image_size": image_size} | ({"control_hz": fps} if fps is not None else {})
+    env = make_env(env_id, **env_kwargs)
+    fps = int(env.unwrapped.control_hz)
+    features = dataset_features(env)
+    if policy_factory is None:
+        policy_factory = lambda env_, s: make_expert(env_, noise=noise, seed=s).act  # noqa: E731
+
+    if root.exists():
+        _rollback(root)
+    if root.exists() and not (root / "meta" / "info.json").exists():
+        if any(root.iterdir()):
+            raise ValueError(f"{root} exists and is not a LeRobot dataset; choose another --root")
+        root.rmdir()
+    done = 0
+    if root.exists():
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+        meta = LeRobotDatasetMetadata(repo_id, root=root)
+        _check_compatible(meta, root, fps, features)
+        done = meta.total_episodes
+        if not (root / STATE_DIR / "COMMITTED").exists():
+            if done == 0:
+                _wipe(root)  # created but never written: start clean
+            else:
+                _commit(root, done)  # a dataset we did not write: its current state is the baseline
+
+    result = RecordResult(root, repo_id, done, 0, 0, 0.0)
+    bar = tqdm(total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep", disable=not progress)
+    t0 = time.perf_counter()
+    try:
+        while done < episodes:
+            session_end = min(done + checkpoint_every, episodes)
+            if root.exists():
+                (root / STATE_DIR / "IN_PROGRESS").touch()
+                dataset = LeRobotDataset.resume(repo_id, root=root)
+            else:
+                dataset = LeRobotDataset.create(repo_id, fps, features, root=root, robot_type=env_id, use_videos=True)
+                (root / STATE_DIR).mkdir(exist_ok=True)
+                (root / STATE_DIR / "IN_PROGRESS").touch()
+            in_save = False
+            try:
+                while done < session_end:
+                    ep_seed = seed + done
+                    frames, success = _rollout(dataset, env, policy_factory(env, ep_seed), ep_seed)
+                    if frames < 2:
+                        raise ValueError(f"episode {done} (seed {ep_seed}) ended after {frames} frame(s); need >= 2")
+                    in_save = True
+                    dataset.save_episode()
+                    in_save = False
+                    done += 1
+                    result.new_episodes += 1
+                    result.new_frames += frames
+                    result.successes.append(success)
+                    bar.update(1)
+                    bar.set_postfix(success=f"{np.mean(result.successes):.2f}")
+            except BaseException:
+                if in_save:  # half-written episode: undo the whole session, keep earlier commits
+                    with contextlib.suppress(Exception):
+                        dataset.finalize()
+                    _rollback(root)
+                    raise
+                _close_session(dataset, root)  # drop the unfinished episode, commit the saved ones
+                raise
+            _close_session(dataset, root)
+    finally:
+        bar.close()
+        env.close()
+    result.total_episodes = done
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import ENV_IDS
+
+    p = argparse.ArgumentParser(
+        prog="cosmos3-robot record",
+        description=(
+            "Roll out the scripted expert of a cosmos3_robot env and write a LeRobot dataset "
+            "(observation.image video, observation.state, observation.environment_state, action, task). "
+            "Re-running with the same --root continues after the finished episodes; an interrupted run "
+            "keeps every episode of its finished checkpoints."
+        ),
+    )
+    p.add_argument("--env", default=ENV_IDS[0], choices=ENV_IDS, help="Gymnasium env id (default: %(default)s)")
+    p.add_argument("--episodes", type=int, default=50, help="total episodes the dataset should hold")
+    p.add_argument("--root", type=Path, required=True, help="dataset folder (created, or resumed if it exists)")
+    p.add_argument("--repo-id", default=None, help="LeRobot repo id stored in the metadata (default: local/<root name>)")
+    p.add_argument(
+        "--fps", type=int, default=None,
+        help="frames per second = env control rate in Hz (default: the env's, 10); must divide 300",
+    )
+    p.add_argument("--noise", type=float, default=0.1, help="std of Gaussian noise on expert actions in [-1, 1]")
+    p.add_argument("--seed", type=int, default=0, help="episode e uses env seed SEED + e")
+    p.add_argument("--image-size", type=int, default=128, help="square camera resolution in pixels")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="episodes per crash-safe commit")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    res = record_dataset(
+        args.env, args.root, args.episodes, repo_id=args.repo_id, fps=args.fps, noise=args.noise,
+        seed=args.seed, image_size=args.image_size, checkpoint_every=args.checkpoint_every,
+        progress=not args.no_progress,
+    )
+    rate = f"{np.mean(res.successes):.0%}" if res.successes else "n/a"
+    print(
+        f"{res.root}: {res.total_episodes} episodes ({res.new_episodes} new, {res.new_frames} frames "
+        f"in {res.seconds:.1f} s = {res.frames_per_second:.1f} frames/s, expert success {rate})"
+    )
+    return 0

@@ -1,0 +1,112 @@
+"""Sampling the Generator with a cached Reasoner.
+
+The Reasoner never reads Generator tokens, so its per-layer K/V are fixed for a whole request. We run
+it once (twice under classifier-free guidance: conditional and unconditional prompts) and every
+denoising step runs only the Generator tower against the cached K/V. Conditional and unconditional
+passes are one batched call: [cond; uncond] caches stacked along the batch, padded with masked keys.
+This holds for any batch size, with guidance, with video + audio + actions in one sequence.
+
+`reuse_cache=False` recomputes the Reasoner at every step — the behaviour of Diffusers' Cosmos 3
+pipeline — and exists as the reference for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from cosmos3_robot.flow import Sampler, guided
+from cosmos3_robot.model import GenInput, MoT, ReasonerCache
+
+
+@dataclass
+class Prompt:
+    """A batch of Reasoner inputs (right-padded token ids and their lengths, or embeddings)."""
+
+    input_ids: Tensor | None = None
+    lengths: Tensor | None = None
+    inputs_embeds: Tensor | None = None
+    positions: Tensor | None = None
+    deepstack: list[Tensor] | None = None
+
+    def run(self, model: MoT) -> ReasonerCache:
+        return model.reason(
+            self.input_ids,
+            lengths=self.lengths,
+            inputs_embeds=self.inputs_embeds,
+            positions=self.positions,
+            deepstack=self.deepstack,
+            logits=False,
+        ).cache
+
+
+def initial_latents(gen: GenInput, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+    """Clean tokens keep their latents; noisy tokens start as N(0, I) noise (σ = 1)."""
+    out = {}
+    for name, s in gen.items():
+        noise = torch.randn(s.latents.shape, generator=generator, dtype=s.latents.dtype).to(s.latents.device)
+        out[name] = torch.where(s.noisy[..., None], noise, s.latents)
+    return out
+
+
+@torch.no_grad()
+def sample(
+    model: MoT,
+    gen: GenInput,
+    sampler: Sampler,
+    prompt: Prompt,
+    *,
+    num_steps: int,
+    shift: float = 1.0,
+    guidance: float = 1.0,
+    null_prompt: Prompt | None = None,
+    noise: dict[str, Tensor] | None = None,
+    generator: torch.Generator | None = None,
+    reuse_cache: bool = True,
+) -> dict[str, Tensor]:
+    """Integrate the Generator's flow from noise to data on the noisy tokens of `gen`.
+
+    Returns {stream: (B, N, C) latents}: clean tokens unchanged, noisy tokens generated.
+    """
+    if guidance != 1.0:
+        if null_prompt is None:
+            raise ValueError("guidance != 1 needs a null_prompt (the unconditional Reasoner input)")
+        if not model.config.null_condition:
+            raise ValueError(
+                "classifier-free guidance needs a model trained with a null condition "
+                "(ModelConfig.null_condition is False); use guidance=1.0"
+            )
+    sampler.set_timesteps(num_steps, shift)
+    b = gen.batch
+    x = initial_latents(gen, generator) if noise is None else {
+        n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()
+    }
+    noisy = {n: s.noisy for n, s in gen.items()}
+    use_cfg = guidance != 1.0
+
+    def caches() -> ReasonerCache:
+        c = prompt.run(model)
+        if c.batch != b:
+            raise ValueError(f"the prompt has batch {c.batch} but the Generator input has batch {b}")
+        if use_cfg:
+            u = null_prompt.run(model)
+            if u.batch != b:
+                raise ValueError(f"the null prompt has batch {u.batch} but the Generator input has batch {b}")
+            c = ReasonerCache.cat([c, u])
+        return c
+
+    cache = caches() if reuse_cache else None
+    while not sampler.done:
+        sigma = sampler.sigma
+        sig = {n: torch.where(s.noisy, torch.full_like(s.sigma, sigma), torch.zeros_like(s.sigma)) for n, s in gen.items()}
+        step_in = gen.replace_latents(x, sig)
+        if use_cfg:
+            step_in = GenInput.cat([step_in, step_in])
+        v = model.denoise(cache if reuse_cache else caches(), step_in)
+        if use_cfg:
+            v = guided({n: t[:b] for n, t in v.items()}, {n: t[b:] for n, t in v.items()}, guidance)
+        x_new = sampler.step(v, x)
+        x = {n: torch.where(noisy[n][..., None], x_new[n], x[n]) for n in x}
+    return x
