@@ -50,13 +50,18 @@ class Normalizer:
             if mode not in MODES:
                 raise ValueError(f"mode {mode!r} for key {key!r}: choose one of {MODES}")
             if key not in self.stats:
-                raise ValueError(f"mode given for {key!r} but no stats for it; stats have {sorted(self.stats)}")
+                raise ValueError(
+                    f"mode given for {key!r} but no stats for it; stats have {sorted(self.stats)}"
+                )
         for key in self.stats:
             self.modes.setdefault(key, "mean_std")
 
     @classmethod
     def from_lerobot_stats(
-        cls, stats: dict[str, dict[str, Any]], modes: dict[str, str] | None = None, keys: list[str] | None = None
+        cls,
+        stats: dict[str, dict[str, Any]],
+        modes: dict[str, str] | None = None,
+        keys: list[str] | None = None,
     ) -> Normalizer:
         """From `LeRobotDataset.meta.stats` (meta/stats.json). `keys` defaults to the keys of `modes`,
         or state + action when both are None."""
@@ -89,8 +94,10 @@ class Normalizer:
             return shift.astype(x.dtype), scale.astype(x.dtype)
         import torch
 
-        return (torch.as_tensor(shift, dtype=x.dtype, device=x.device),
-                torch.as_tensor(scale, dtype=x.dtype, device=x.device))
+        return (
+            torch.as_tensor(shift, dtype=x.dtype, device=x.device),
+            torch.as_tensor(scale, dtype=x.dtype, device=x.device),
+        )
 
     def normalize(self, key: str, x):
         shift, scale = self._params(key, x)
@@ -106,14 +113,17 @@ class Normalizer:
             "eps": self.eps,
             "modes": dict(self.modes),
             "stats": {
-                k: {n: getattr(s, n).tolist() for n in ("mean", "std", "min", "max")} for k, s in self.stats.items()
+                k: {n: getattr(s, n).tolist() for n in ("mean", "std", "min", "max")}
+                for k, s in self.stats.items()
             },
         }
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Normalizer:
-        stats = {k: KeyStats(**{n: np.asarray(v[n]) for n in ("mean", "std", "min", "max")})
-                 for k, v in state["stats"].items()}
+        stats = {
+            k: KeyStats(**{n: np.asarray(v[n]) for n in ("mean", "std", "min", "max")})
+            for k, v in state["stats"].items()
+        }
         return cls(stats, dict(state["modes"]), float(state.get("eps", 1e-6)))
 
     def save(self, path: str | Path) -> None:

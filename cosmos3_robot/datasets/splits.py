@@ -52,7 +52,9 @@ def split_episodes(
         raise ValueError(f"val_fraction={val_fraction} must be in [0, 1)")
     eps = list(range(episodes)) if isinstance(episodes, int) else sorted(int(e) for e in episodes)
     if len(eps) < (2 if val_fraction > 0 else 1):
-        raise ValueError(f"dataset {dataset or '?'}: {len(eps)} episode(s) cannot be split with val_fraction={val_fraction}")
+        raise ValueError(
+            f"dataset {dataset or '?'}: {len(eps)} episode(s) cannot be split with val_fraction={val_fraction}"
+        )
     order = np.random.default_rng(seed).permutation(len(eps))
     n_val = 0 if val_fraction == 0 else min(len(eps) - 1, max(1, round(val_fraction * len(eps))))
     val = sorted(eps[i] for i in order[:n_val])
@@ -60,7 +62,9 @@ def split_episodes(
     return EpisodeSplit(train, val, seed, val_fraction, dataset)
 
 
-def dataset_split(root: str | Path, num_episodes: int, val_fraction: float = 0.1, seed: int = 0) -> EpisodeSplit:
+def dataset_split(
+    root: str | Path, num_episodes: int, val_fraction: float = 0.1, seed: int = 0
+) -> EpisodeSplit:
     """Load `<root>/meta/cosmos3_split.json`, or create and save it. When the dataset has grown
     (a resumed recording), old episodes keep their side and new ones are split with the same
     fraction, so a validation episode never moves into training."""
@@ -73,9 +77,17 @@ def dataset_split(root: str | Path, num_episodes: int, val_fraction: float = 0.1
     known = set(split.train) | set(split.val)
     new = [e for e in range(num_episodes) if e not in known]
     if new:
-        extra = split_episodes(new, split.val_fraction, split.seed + len(known), dataset=str(root)) if len(
-            new) > 1 else EpisodeSplit(new, [], split.seed, split.val_fraction)
-        split = EpisodeSplit(sorted(split.train + extra.train), sorted(split.val + extra.val), split.seed,
-                             split.val_fraction, split.dataset)
+        extra = (
+            split_episodes(new, split.val_fraction, split.seed + len(known), dataset=str(root))
+            if len(new) > 1
+            else EpisodeSplit(new, [], split.seed, split.val_fraction)
+        )
+        split = EpisodeSplit(
+            sorted(split.train + extra.train),
+            sorted(split.val + extra.val),
+            split.seed,
+            split.val_fraction,
+            split.dataset,
+        )
         split.save(path)
     return split

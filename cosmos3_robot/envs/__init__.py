@@ -44,6 +44,16 @@ def make_env(env_id: str, **kwargs) -> gym.Env:
 register_envs()
 
 __all__ = [
-    "ENV_IDS", "PHYSICS_HZ", "EnvConfig", "Expert", "MujocoTaskEnv", "PushEnv", "PushExpert",
-    "ReachEnv", "ReachExpert", "make_env", "make_expert", "register_envs",
+    "ENV_IDS",
+    "PHYSICS_HZ",
+    "EnvConfig",
+    "Expert",
+    "MujocoTaskEnv",
+    "PushEnv",
+    "PushExpert",
+    "ReachEnv",
+    "ReachExpert",
+    "make_env",
+    "make_expert",
+    "register_envs",
 ]

@@ -20,11 +20,15 @@ from importlib import resources
 from typing import Any
 
 import gymnasium as gym
-import mujoco
+
+# Headless by default: MuJoCo picks its GL backend when it is first imported. A user's choice wins.
+os.environ.setdefault("MUJOCO_GL", "egl")
+import mujoco  # noqa: E402
 import numpy as np
 from gymnasium import spaces
 
 PHYSICS_HZ = 300  # matches `timestep` in assets/*.xml; divisible by 10, 15, 20, 30, 50, 60 Hz
+STATE_BOUND = 1e4  # finite observation bounds (the Gymnasium checker flags infinite ones)
 
 
 @dataclass
@@ -76,7 +80,6 @@ class MujocoTaskEnv(gym.Env):
     ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode={render_mode!r}: only 'rgb_array' is supported (offscreen)")
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless by default; a user's choice wins
         self.config = EnvConfig(image_size, control_hz, episode_seconds)
         self.render_mode = render_mode
         self.control_hz = self.config.control_hz
@@ -93,8 +96,8 @@ class MujocoTaskEnv(gym.Env):
         self.observation_space = spaces.Dict(
             {
                 "pixels": spaces.Box(0, 255, (size, size, 3), np.uint8),
-                "agent_pos": spaces.Box(-np.inf, np.inf, (self.STATE_DIM,), np.float32),
-                "environment_state": spaces.Box(-np.inf, np.inf, (self.ENV_STATE_DIM,), np.float32),
+                "agent_pos": spaces.Box(-STATE_BOUND, STATE_BOUND, (self.STATE_DIM,), np.float32),
+                "environment_state": spaces.Box(-STATE_BOUND, STATE_BOUND, (self.ENV_STATE_DIM,), np.float32),
             }
         )
         self.action_space = spaces.Box(-1.0, 1.0, (self.ACTION_DIM,), np.float32)
@@ -164,8 +167,11 @@ class MujocoTaskEnv(gym.Env):
             size = self.config.image_size
             self._renderer = mujoco.Renderer(self.model, size, size)
             flags = self._renderer.scene.flags
-            for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
-                         mujoco.mjtRndFlag.mjRND_SKYBOX):
+            for flag in (
+                mujoco.mjtRndFlag.mjRND_SHADOW,
+                mujoco.mjtRndFlag.mjRND_REFLECTION,
+                mujoco.mjtRndFlag.mjRND_SKYBOX,
+            ):
                 flags[flag] = False  # speed: nothing in these scenes needs them
         self._renderer.update_scene(self.data, camera=self._camera)
         return self._renderer.render().copy()

@@ -59,7 +59,11 @@ def dataset_features(env) -> dict:
     u = env.unwrapped
     size = u.config.image_size
     return {
-        "observation.image": {"dtype": "video", "shape": (size, size, 3), "names": ["height", "width", "channels"]},
+        "observation.image": {
+            "dtype": "video",
+            "shape": (size, size, 3),
+            "names": ["height", "width", "channels"],
+        },
         "observation.state": {"dtype": "float32", "shape": (u.STATE_DIM,), "names": list(u.STATE_NAMES)},
         "observation.environment_state": {
             "dtype": "float32",
@@ -100,7 +104,9 @@ def _commit(root: Path, total_episodes: int) -> None:
 def _wipe(root: Path) -> None:
     extra = [p.name for p in root.iterdir() if p.name not in _KNOWN_TOP and not p.name.startswith("tmp")]
     if extra:
-        raise ValueError(f"{root}: holds files that are not part of a LeRobot dataset ({extra}); choose another --root")
+        raise ValueError(
+            f"{root}: holds files that are not part of a LeRobot dataset ({extra}); choose another --root"
+        )
     shutil.rmtree(root)
 
 
@@ -129,7 +135,9 @@ def _rollback(root: Path) -> None:
 
 def _check_compatible(meta, root: Path, fps: int, features: dict) -> None:
     if meta.fps != fps:
-        raise ValueError(f"dataset {root}: recorded at {meta.fps} fps, this run asks for {fps}; pass --fps {meta.fps}")
+        raise ValueError(
+            f"dataset {root}: recorded at {meta.fps} fps, this run asks for {fps}; pass --fps {meta.fps}"
+        )
     for key, ft in features.items():
         have = meta.features.get(key)
         if have is None or tuple(have["shape"]) != tuple(ft["shape"]):
@@ -229,8 +237,14 @@ def record_dataset(
             else:
                 _commit(root, done)  # a dataset we did not write: its current state is the baseline
 
+    import datasets
+
+    bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.utils.logging.disable_progress_bar()  # one "Map" bar per saved episode otherwise
     result = RecordResult(root, repo_id, done, 0, 0, 0.0)
-    bar = tqdm(total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep", disable=not progress)
+    bar = tqdm(
+        total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep", disable=not progress
+    )
     t0 = time.perf_counter()
     try:
         while done < episodes:
@@ -239,7 +253,9 @@ def record_dataset(
                 (root / STATE_DIR / "IN_PROGRESS").touch()
                 dataset = LeRobotDataset.resume(repo_id, root=root)
             else:
-                dataset = LeRobotDataset.create(repo_id, fps, features, root=root, robot_type=env_id, use_videos=True)
+                dataset = LeRobotDataset.create(
+                    repo_id, fps, features, root=root, robot_type=env_id, use_videos=True
+                )
                 (root / STATE_DIR).mkdir(exist_ok=True)
                 (root / STATE_DIR / "IN_PROGRESS").touch()
             in_save = False
@@ -248,7 +264,9 @@ def record_dataset(
                     ep_seed = seed + done
                     frames, success = _rollout(dataset, env, policy_factory(env, ep_seed), ep_seed)
                     if frames < 2:
-                        raise ValueError(f"episode {done} (seed {ep_seed}) ended after {frames} frame(s); need >= 2")
+                        raise ValueError(
+                            f"episode {done} (seed {ep_seed}) ended after {frames} frame(s); need >= 2"
+                        )
                     in_save = True
                     dataset.save_episode()
                     in_save = False
@@ -270,6 +288,8 @@ def record_dataset(
     finally:
         bar.close()
         env.close()
+        if bars_were_on:
+            datasets.utils.logging.enable_progress_bar()
     result.total_episodes = done
     result.seconds = time.perf_counter() - t0
     return result
@@ -287,15 +307,25 @@ def build_parser() -> argparse.ArgumentParser:
             "keeps every episode of its finished checkpoints."
         ),
     )
-    p.add_argument("--env", default=ENV_IDS[0], choices=ENV_IDS, help="Gymnasium env id (default: %(default)s)")
-    p.add_argument("--episodes", type=int, default=50, help="total episodes the dataset should hold")
-    p.add_argument("--root", type=Path, required=True, help="dataset folder (created, or resumed if it exists)")
-    p.add_argument("--repo-id", default=None, help="LeRobot repo id stored in the metadata (default: local/<root name>)")
     p.add_argument(
-        "--fps", type=int, default=None,
+        "--env", default=ENV_IDS[0], choices=ENV_IDS, help="Gymnasium env id (default: %(default)s)"
+    )
+    p.add_argument("--episodes", type=int, default=50, help="total episodes the dataset should hold")
+    p.add_argument(
+        "--root", type=Path, required=True, help="dataset folder (created, or resumed if it exists)"
+    )
+    p.add_argument(
+        "--repo-id", default=None, help="LeRobot repo id stored in the metadata (default: local/<root name>)"
+    )
+    p.add_argument(
+        "--fps",
+        type=int,
+        default=None,
         help="frames per second = env control rate in Hz (default: the env's, 10); must divide 300",
     )
-    p.add_argument("--noise", type=float, default=0.1, help="std of Gaussian noise on expert actions in [-1, 1]")
+    p.add_argument(
+        "--noise", type=float, default=0.1, help="std of Gaussian noise on expert actions in [-1, 1]"
+    )
     p.add_argument("--seed", type=int, default=0, help="episode e uses env seed SEED + e")
     p.add_argument("--image-size", type=int, default=128, help="square camera resolution in pixels")
     p.add_argument("--checkpoint-every", type=int, default=10, help="episodes per crash-safe commit")
@@ -306,8 +336,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     res = record_dataset(
-        args.env, args.root, args.episodes, repo_id=args.repo_id, fps=args.fps, noise=args.noise,
-        seed=args.seed, image_size=args.image_size, checkpoint_every=args.checkpoint_every,
+        args.env,
+        args.root,
+        args.episodes,
+        repo_id=args.repo_id,
+        fps=args.fps,
+        noise=args.noise,
+        seed=args.seed,
+        image_size=args.image_size,
+        checkpoint_every=args.checkpoint_every,
         progress=not args.no_progress,
     )
     rate = f"{np.mean(res.successes):.0%}" if res.successes else "n/a"

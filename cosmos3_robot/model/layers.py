@@ -78,9 +78,13 @@ class EmbodimentLinear(nn.Module):
         super().__init__()
         self.in_dim, self.out_dim, self.num_embodiments = in_dim, out_dim, num_embodiments
         self.weight = nn.Parameter(torch.empty(num_embodiments, in_dim, out_dim))
-        self.bias = nn.Parameter(torch.zeros(num_embodiments, out_dim))
-        bound = 1.0 / math.sqrt(in_dim)
+        self.bias = nn.Parameter(torch.empty(num_embodiments, out_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.in_dim)
         nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor, embodiment: Tensor) -> Tensor:
         """x (B, L, in), embodiment (B,) long -> (B, L, out)."""

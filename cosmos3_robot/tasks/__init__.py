@@ -1,1 +1,26 @@
-"""tasks."""
+"""Task heads (action modes) over the MoT, and cached sampling. Registry by name."""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import ClipBatch, TaskHead
+from .sampling import Prompt, sample
+
+# name -> "module:Class", imported lazily
+TASKS: dict[str, str] = {
+    "forward_dynamics": "cosmos3_robot.tasks.heads:ForwardDynamics",
+    "inverse_dynamics": "cosmos3_robot.tasks.heads:InverseDynamics",
+    "policy": "cosmos3_robot.tasks.heads:Policy",
+    "video": "cosmos3_robot.tasks.heads:VideoPrediction",
+}
+
+
+def make_task(name: str, **kwargs) -> TaskHead:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
+    module, cls = TASKS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**kwargs)
+
+
+__all__ = ["TASKS", "ClipBatch", "Prompt", "TaskHead", "make_task", "sample"]

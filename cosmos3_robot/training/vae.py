@@ -230,10 +230,10 @@ def main(argv: list[str]) -> int:
     opt = torch.optim.AdamW(vae.autoencoder.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed)
     history: list[dict] = []
-    step = 0
+    step, train_seconds = 0, 0.0
     if ckpt_path.exists():
         meta = load_checkpoint(ckpt_path, vae, opt, gen)
-        step, history = meta["step"], meta["history"]
+        step, history, train_seconds = meta["step"], meta["history"], meta.get("train_seconds", 0.0)
         if meta["vae_config"]["latent_channels"] != vae.latent_channels:
             raise ValueError(f"{ckpt_path} holds another VAE config; use a new --out or the same options")
         print(f"resumed from {ckpt_path} at step {step}")
@@ -257,14 +257,20 @@ def main(argv: list[str]) -> int:
         vae.autoencoder.eval()
         mean, std = latent_stats(vae, stat_clips)
         vae.set_latent_stats(mean, std)
-        meta = {"step": step, "history": history, "vae_config": asdict(vae.config), "args": vars(args), "data": info}
+        meta = {
+            "step": step,
+            "train_seconds": round(train_seconds, 1),
+            "history": history,
+            "vae_config": asdict(vae.config),
+            "args": vars(args),
+            "data": info,
+        }
         save_checkpoint(ckpt_path, vae, opt, gen, meta)
         vae.save_pretrained(out / "vae")
         (out / "train_log.json").write_text(json.dumps(meta, indent=2))
         vae.autoencoder.train()
 
     t0 = time.time()
-    train_seconds = 0.0
     bar = tqdm(total=args.steps, initial=step, desc="train-vae", unit="step")
     while step < args.steps:
         t_step = time.time()

@@ -1,0 +1,227 @@
+"""Speed of the MoT on this machine, measured side by side in one run.
+
+    python benchmarks/speed.py --preset sim-small --out benchmarks/results/speed.json
+
+Figures (JSON + a printed table):
+  matmul_peak_gflops        measured fp32 and bf16 GEMM throughput of this machine (the MFU denominator)
+  denoise_ms_cached         one request, N Euler steps, Reasoner run once and its K/V reused
+  denoise_ms_uncached       the same request recomputing the whole sequence every step (Diffusers' way)
+  kv_reuse_speedup          uncached / cached
+  kv_reuse_flop_ratio       the same ratio predicted from FLOP counts
+  reason_only_ms            a Reasoner-only forward (logits) of our model
+  reason_only_vs_hf_ratio   ours / a transformers Qwen3ForCausalLM of identical dims, same inputs and threads
+  train_step_gflops, mfu    a Generator-stage training step (forward + backward), achieved / measured peak
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosmos3_robot.flow import EulerSampler, SigmaSampler, add_noise, flow_loss, velocity_target  # noqa: E402
+from cosmos3_robot.model import GenInput, MoT, count_parameters, preset, series_stream, video_stream  # noqa: E402
+from cosmos3_robot.tasks.sampling import Prompt, sample  # noqa: E402
+
+
+def timed(fn, reps: int, warmup: int = 1) -> float:
+    """Median wall time of fn() in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    ms = timed(lambda: a @ b, reps, warmup=2)
+    return 2 * n**3 / (ms / 1e3) / 1e9
+
+
+# ------------------------------------------------------------------------------------------------
+# FLOP model (multiply-add = 2 FLOPs), forward only
+# ------------------------------------------------------------------------------------------------
+
+
+def tower_linear_flops_per_token(cfg, tower) -> float:
+    a = cfg.attention
+    c = tower.hidden_size
+    qkvo = c * a.head_dim * (2 * a.num_heads + 2 * a.num_kv_heads)
+    mlp = 3 * c * tower.intermediate_size
+    return 2 * a.num_layers * (qkvo + mlp)
+
+
+def attention_flops(cfg, n_q: int, n_k: int, causal: bool) -> float:
+    a = cfg.attention
+    pairs = n_q * n_k / (2 if causal else 1)
+    return 2 * 2 * a.num_layers * a.num_heads * a.head_dim * pairs
+
+
+def reasoner_flops(cfg, la: int, logits: bool) -> float:
+    f = la * tower_linear_flops_per_token(cfg, cfg.reasoner) + attention_flops(cfg, la, la, True)
+    return f + (2 * la * cfg.reasoner.hidden_size * cfg.vocab_size if logits else 0)
+
+
+def generator_flops(cfg, la: int, ld: int) -> float:
+    return ld * tower_linear_flops_per_token(cfg, cfg.generator) + attention_flops(cfg, ld, la + ld, False)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def make_request(cfg, batch: int, frames: int, grid: int, actions: int, ar_len: int, g: torch.Generator):
+    lat = torch.randn(batch, cfg.latent_channels, frames, grid, grid, generator=g)
+    ftime = torch.arange(frames).float().expand(batch, frames) / 6.0
+    noisy = torch.arange(frames)[None].expand(batch, frames) >= 1
+    video = video_stream(lat, ftime, noisy, torch.full((batch,), 0.5))
+    act = series_stream(
+        torch.randn(batch, actions, cfg.action_dim, generator=g),
+        torch.arange(actions).float().expand(batch, actions) / 10.0,
+        torch.ones(batch, actions, dtype=torch.bool),
+        torch.full((batch,), 0.5),
+        embodiment=torch.zeros(batch, dtype=torch.long),
+    )
+    ids = torch.randint(0, cfg.vocab_size, (batch, ar_len), generator=g)
+    return GenInput(video=video, action=act), Prompt(ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="sim-small", help="model preset (tiny, sim-small)")
+    p.add_argument("--steps", type=int, default=10, help="denoising steps per request")
+    p.add_argument("--ar-len", type=int, default=256, help="Reasoner tokens per request")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions (median reported)")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/speed.json"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+
+    res: dict = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "steps": args.steps}
+    res["matmul_peak_gflops"] = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+
+    cfg = preset(args.preset)
+    model = MoT(cfg).eval()
+    res["params"] = count_parameters(model)
+
+    # --- KV reuse: AR segment 4x the DM segment --------------------------------------------------
+    # DM tokens: (frames x grid/2 x grid/2) video tokens + actions. Pick a grid so DM ≈ AR / 4.
+    frames, grid, actions = 2, 10, 14  # 2 * 25 + 14 = 64 DM tokens
+    gen, prompt = make_request(cfg, 1, frames, grid, actions, args.ar_len, g)
+    ld = sum(s.length for _, s in gen.items())
+    res["ar_tokens"], res["dm_tokens"] = args.ar_len, ld
+
+    def run(reuse: bool):
+        sample(model, gen, EulerSampler(), prompt, num_steps=args.steps, reuse_cache=reuse,
+               generator=torch.Generator().manual_seed(1))
+
+    with torch.inference_mode():
+        res["denoise_ms_cached"] = timed(lambda: run(True), args.reps)
+        res["denoise_ms_uncached"] = timed(lambda: run(False), args.reps)
+    res["kv_reuse_speedup"] = res["denoise_ms_uncached"] / res["denoise_ms_cached"]
+    f_ar = reasoner_flops(cfg, args.ar_len, logits=False)
+    f_dm = generator_flops(cfg, args.ar_len, ld)
+    res["kv_reuse_flop_ratio"] = args.steps * (f_ar + f_dm) / (f_ar + args.steps * f_dm)
+
+    # --- Reasoner only vs transformers ----------------------------------------------------------
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    a = cfg.attention
+    hf_cfg = Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.reasoner.hidden_size, intermediate_size=cfg.reasoner.intermediate_size,
+        num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
+        head_dim=a.head_dim, rope_theta=a.rope_theta, rms_norm_eps=cfg.reasoner.rms_norm_eps,
+        tie_word_embeddings=False, max_position_embeddings=4096,
+    )
+    hf_cfg._attn_implementation = "sdpa"
+    hf = Qwen3ForCausalLM(hf_cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (4, args.ar_len), generator=g)
+    with torch.inference_mode():
+        ours_ms = timed(lambda: model.reason(ids), args.reps + 2)
+        hf_ms = timed(lambda: hf(input_ids=ids, use_cache=False), args.reps + 2)
+    res["reason_only_ms"], res["hf_reason_ms"] = ours_ms, hf_ms
+    res["reason_only_vs_hf_ratio"] = ours_ms / hf_ms
+    res["reason_only_batch"] = 4
+
+    # --- Training step MFU -----------------------------------------------------------------------
+    bt = 8
+    train_model = MoT(cfg).train()
+    opt = torch.optim.AdamW(train_model.generator_parameters(), lr=1e-4)
+    tgen, tprompt = make_request(cfg, bt, frames, grid, actions, 64, g)
+    sig = SigmaSampler()
+
+    def train_step(dtype):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            with torch.no_grad():
+                cache = train_model.reason(tprompt.input_ids, logits=False).cache
+            s = sig.per_modality(bt, ["video", "action"], g)
+            x, tgt = {}, {}
+            for n, st in tgen.items():
+                eps = torch.randn(st.latents.shape, generator=g)
+                sn = torch.where(st.noisy, s[n][:, None], torch.zeros(()))
+                x[n] = torch.where(st.noisy[..., None], add_noise(st.latents, eps, sn), st.latents)
+                tgt[n] = velocity_target(st.latents, eps)
+            pred = train_model.denoise(cache, tgen.replace_latents(x, {n: torch.where(st.noisy, s[n][:, None], torch.zeros(())) for n, st in tgen.items()}))
+            loss, _ = flow_loss(pred, tgt, {n: st.noisy for n, st in tgen.items()})
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    ld_t = sum(s.length for _, s in tgen.items())
+    # forward AR (no grad) + 3x forward of the Generator (forward + backward)
+    step_flops = bt * (reasoner_flops(cfg, 64, False) + 3 * generator_flops(cfg, 64, ld_t))
+    train = {}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        ms = timed(lambda dt=dt: train_step(dt), args.reps, warmup=2)
+        gf = step_flops / (ms / 1e3) / 1e9
+        train[name] = {"ms": ms, "gflops": gf, "mfu": gf / res["matmul_peak_gflops"][name]}
+    best = max(train, key=lambda k: train[k]["gflops"])
+    res["train_step"] = train
+    res["train_step_dtype"] = best
+    res["train_step_gflops"] = train[best]["gflops"]
+    res["mfu"] = train[best]["mfu"]
+    res["train_batch"], res["train_tokens_per_sample"] = bt, 64 + ld_t
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=2))
+    os.replace(tmp, args.out)
+
+    print(f"speed benchmark — preset {args.preset}, {args.threads} threads, torch {torch.__version__}")
+    rows = [
+        ("matmul peak fp32 / bf16 (GFLOP/s)", f"{res['matmul_peak_gflops']['fp32']:.1f} / {res['matmul_peak_gflops']['bf16']:.1f}"),
+        (f"request, {args.steps} steps, AR {args.ar_len} / DM {ld} tokens: cached (ms)", f"{res['denoise_ms_cached']:.1f}"),
+        ("  uncached, recompute every step (ms)", f"{res['denoise_ms_uncached']:.1f}"),
+        ("  kv_reuse_speedup (measured)", f"{res['kv_reuse_speedup']:.2f}x"),
+        ("  kv_reuse_flop_ratio (theory)", f"{res['kv_reuse_flop_ratio']:.2f}x"),
+        (f"Reasoner-only forward, batch 4 x {args.ar_len} (ms)", f"{ours_ms:.1f}"),
+        ("  transformers Qwen3ForCausalLM, same dims (ms)", f"{hf_ms:.1f}"),
+        ("  reason_only_vs_hf_ratio", f"{res['reason_only_vs_hf_ratio']:.2f}"),
+    ]
+    for name in ("fp32", "bf16"):
+        t = train[name]
+        rows.append((f"train step {name}, batch {bt} (ms / GFLOP/s / MFU)", f"{t['ms']:.1f} / {t['gflops']:.1f} / {100 * t['mfu']:.1f}%"))
+    w = max(len(r[0]) for r in rows)
+    for k, v in rows:
+        print(f"  {k:<{w}}  {v}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

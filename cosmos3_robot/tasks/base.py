@@ -1,0 +1,222 @@
+"""The task-head interface: one model, several action modes.
+
+Axis glossary:  B batch · La Reasoner tokens · C latent channels · T latent frames · H, W latent grid ·
+                Na action samples · A (padded) action width · Ns audio tokens
+
+A mode differs from another only in which Generator tokens are clean (conditioning, σ = 0) and which
+are noised (generated) — DESIGN.md §1:
+
+    mode               clean                              generated
+    forward_dynamics   observed frames + all actions      future frames (+ future audio)
+    inverse_dynamics   all frames (+ audio)               actions
+    policy             observed frames (+ instruction)    actions and future frames, independent σ
+    video              observed frames                    future frames; actions absent
+
+A head implements `noisy_masks(batch)`; building the sequence, the loss and sampling are shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from cosmos3_robot.flow import Sampler, SigmaSampler, add_noise, flow_loss, velocity_target
+from cosmos3_robot.model import GenInput, MoT, ReasonerCache, series_stream, unpatchify, video_stream
+
+from .sampling import Prompt, sample
+
+
+@dataclass
+class ClipBatch:
+    """A model-ready batch of clips: token ids, VAE latents, normalised actions, audio latents.
+
+    Times are real seconds from the start of the clip; `*_valid` flag padding.
+    """
+
+    input_ids: Tensor  # (B, La) right-padded prompt tokens
+    lengths: Tensor  # (B,)
+    video: Tensor | None = None  # (B, C, T, H, W) normalised VAE latents
+    video_time: Tensor | None = None  # (B, T)
+    video_valid: Tensor | None = None  # (B, T) bool
+    obs_frames: int = 1  # leading latent frames that are observed (clean) in forward dynamics / policy
+    action: Tensor | None = None  # (B, Na, A) normalised, zero-padded to A
+    action_time: Tensor | None = None  # (B, Na)
+    action_valid: Tensor | None = None  # (B, Na) bool
+    action_mask: Tensor | None = None  # (B, A) bool: which action dimensions are real
+    embodiment: Tensor | None = None  # (B,) long
+    audio: Tensor | None = None  # (B, Ns, Ca)
+    audio_time: Tensor | None = None  # (B, Ns)
+    audio_valid: Tensor | None = None  # (B, Ns) bool
+
+    @property
+    def batch(self) -> int:
+        return self.input_ids.shape[0]
+
+    def has(self, modality: str) -> bool:
+        return getattr(self, modality) is not None
+
+    def to(self, device) -> ClipBatch:
+        return replace(
+            self,
+            **{f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)},
+        )
+
+    def select(self, idx: Tensor) -> ClipBatch:
+        """The sub-batch at indices idx (along B)."""
+        return replace(
+            self,
+            **{f.name: getattr(self, f.name)[idx] for f in fields(self) if isinstance(getattr(self, f.name), Tensor)},
+        )
+
+    def prompt(self) -> Prompt:
+        return Prompt(self.input_ids, self.lengths)
+
+
+class TaskHead:
+    """Base class: subclasses set `name`, `needs`, `generates` and implement `noisy_masks`."""
+
+    name: ClassVar[str] = ""
+    needs: ClassVar[tuple[str, ...]] = ()  # modalities the batch must carry
+    drops: ClassVar[tuple[str, ...]] = ()  # modalities left out of the sequence in this mode
+    generates: ClassVar[tuple[str, ...]] = ()  # modalities with noised tokens (each gets its own σ)
+
+    def __init__(self, per_frame_sigma: bool = False):
+        self.per_frame_sigma = per_frame_sigma  # diffusion forcing: an independent σ per latent frame
+
+    # -- what is clean and what is noised ------------------------------------------------------
+    def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
+        """{modality: (B, T) for video frames / (B, N) for audio and action tokens} bool."""
+        raise NotImplementedError
+
+    def check(self, batch: ClipBatch) -> None:
+        missing = [m for m in self.needs if not batch.has(m)]
+        if missing:
+            raise ValueError(f"task {self.name!r} needs {missing} in the batch, which lacks them")
+        if batch.has("video") and not 0 <= batch.obs_frames <= batch.video.shape[2]:
+            raise ValueError(f"obs_frames={batch.obs_frames} is outside [0, {batch.video.shape[2]}] latent frames")
+
+    def _future_video(self, batch: ClipBatch) -> Tensor:
+        b, t = batch.video.shape[0], batch.video.shape[2]
+        return (torch.arange(t, device=batch.video.device) >= batch.obs_frames)[None].expand(b, t)
+
+    def _future_audio(self, batch: ClipBatch) -> Tensor:
+        """Audio at or after the first generated frame's time is generated with it."""
+        if batch.has("video") and batch.obs_frames < batch.video.shape[2]:
+            t0 = batch.video_time[:, batch.obs_frames]
+            return batch.audio_time >= t0[:, None] - 1e-6
+        return torch.zeros_like(batch.audio_time, dtype=torch.bool)
+
+    # -- the Generator sequence ---------------------------------------------------------------
+    def streams(
+        self, batch: ClipBatch, latents: dict[str, Tensor] | None = None, sigma: dict[str, Tensor] | None = None
+    ) -> GenInput:
+        """The Generator input of this mode. latents overrides the clean latents (video as (B,C,T,H,W));
+        sigma {modality: (B,) or (B, T)/(B, N)} gives noisy tokens their level (default 0)."""
+        self.check(batch)
+        latents, sigma, noisy = latents or {}, sigma or {}, self.noisy_masks(batch)
+        out = {}
+        if batch.has("video") and "video" not in self.drops:
+            nv = noisy.get("video", torch.zeros(batch.video.shape[0], batch.video.shape[2], dtype=torch.bool))
+            out["video"] = video_stream(
+                latents.get("video", batch.video), batch.video_time, nv, sigma.get("video"), frame_valid=batch.video_valid
+            )
+        if batch.has("audio") and "audio" not in self.drops:
+            na = noisy.get("audio", torch.zeros_like(batch.audio_time, dtype=torch.bool))
+            out["audio"] = series_stream(
+                latents.get("audio", batch.audio), batch.audio_time, na, sigma.get("audio"), valid=batch.audio_valid
+            )
+        if batch.has("action") and "action" not in self.drops:
+            nact = noisy.get("action", torch.zeros_like(batch.action_time, dtype=torch.bool))
+            out["action"] = series_stream(
+                latents.get("action", batch.action),
+                batch.action_time,
+                nact,
+                sigma.get("action"),
+                valid=batch.action_valid,
+                embodiment=batch.embodiment,
+            )
+        return GenInput(**out)
+
+    # -- training -----------------------------------------------------------------------------
+    def draw_sigma(self, batch: ClipBatch, sampler: SigmaSampler, generator: torch.Generator | None) -> dict[str, Tensor]:
+        b = batch.batch
+        dev = batch.input_ids.device
+        sig = {}
+        for m in self.generates:
+            if not batch.has(m):
+                continue
+            if m == "video" and self.per_frame_sigma:
+                sig[m] = sampler((b, batch.video.shape[2]), generator).to(dev)
+            else:
+                sig[m] = sampler((b,), generator).to(dev)
+        return sig
+
+    def loss(
+        self,
+        model: MoT,
+        batch: ClipBatch,
+        cache: ReasonerCache,
+        sigma_sampler: SigmaSampler,
+        generator: torch.Generator | None = None,
+        weights: dict[str, float] | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Flow-matching loss of this mode: noise the generated tokens, predict their velocity."""
+        sig = self.draw_sigma(batch, sigma_sampler, generator)
+        noised = self.streams(batch, sigma=sig)  # clean latents, with σ on the tokens to be noised
+        x, target = {}, {}
+        for name, s in noised.items():
+            eps = torch.randn(s.latents.shape, generator=generator).to(s.latents)
+            x[name] = torch.where(s.noisy[..., None], add_noise(s.latents, eps, s.sigma), s.latents)
+            target[name] = velocity_target(s.latents, eps)
+        gen = noised.replace_latents(x)
+        pred = model.denoise(cache, gen)
+        noisy = {n: s.noisy for n, s in gen.items()}
+        valid = {n: s.valid for n, s in gen.items()}
+        cmask = {"action": batch.action_mask} if batch.action_mask is not None else None
+        # A mode may generate nothing in a batch (e.g. a clip with no future frame): zero loss.
+        if not any(bool(v.any()) for v in noisy.values()):
+            zero = sum(p.sum() * 0 for p in pred.values())
+            return zero, {}
+        return flow_loss(
+            {n: pred[n] for n in noisy if bool(noisy[n].any())},
+            target,
+            noisy,
+            valid,
+            weights,
+            cmask,
+        )
+
+    # -- inference ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(
+        self,
+        model: MoT,
+        batch: ClipBatch,
+        sampler: Sampler,
+        num_steps: int = 10,
+        *,
+        shift: float = 1.0,
+        guidance: float = 1.0,
+        null_prompt: Prompt | None = None,
+        generator: torch.Generator | None = None,
+        reuse_cache: bool = True,
+    ) -> dict[str, Tensor]:
+        """Generate this mode's noised modalities. Returns {modality: latents} with video as
+        (B, C, T, H, W) (observed frames copied through), actions (B, Na, A), audio (B, Ns, Ca)."""
+        gen = self.streams(batch)
+        out = sample(
+            model, gen, sampler, batch.prompt(), num_steps=num_steps, shift=shift, guidance=guidance,
+            null_prompt=null_prompt, generator=generator, reuse_cache=reuse_cache,
+        )
+        res = {}
+        for name in out:
+            if name == "video":
+                _, c, t, h, w = batch.video.shape
+                res[name] = unpatchify(out[name], (c, t, h, w), model.config.patch_size)
+            else:
+                res[name] = out[name]
+        return res
+

@@ -1,0 +1,225 @@
+"""Video VAE wrapper: geometry, real-time latent stamps, round trips, folders, cache, bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from cosmos3_robot.model.vae import (
+    WAN22_LATENTS_MEAN,
+    VideoVAE,
+    VideoVAEConfig,
+    latent_frame_times,
+    num_latent_frames,
+    vae_config,
+)
+
+SIZE = 32  # smallest legal frame size: 16x VAE × 2x2 patch merge
+
+
+@pytest.fixture(scope="module")
+def tiny_vae() -> VideoVAE:
+    torch.manual_seed(0)
+    return VideoVAE(vae_config("tiny"))
+
+
+def _clip(t: int, b: int = 1, size: int = SIZE, seed: int = 0) -> torch.Tensor:
+    return torch.rand(b, t, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+# ---- geometry and time -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fps", [10, 20, 24, 30])
+@pytest.mark.parametrize("num_frames", [1, 5, 9, 17])
+def test_latent_frame_times(num_frames: int, fps: int) -> None:
+    start = 3.25  # clips rarely start at t = 0
+    times = start + torch.arange(num_frames, dtype=torch.float64) / fps
+    lt = latent_frame_times(times)
+    assert lt.shape == (1 + (num_frames - 1) // 4,) == (num_latent_frames(num_frames),)
+    assert lt[0] == times[0]  # latent 0 encodes frame 0 alone
+    for k in range(1, lt.shape[0]):  # latent k covers frames 4k-3 .. 4k and is stamped with frame 4k
+        assert lt[k] == times[4 * k]
+        assert times[4 * k - 3] <= lt[k]
+    if lt.shape[0] > 1:  # evenly spaced: 4 frames per latent step, the first step included
+        torch.testing.assert_close(lt.diff(), torch.full((lt.shape[0] - 1,), 4 / fps, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("num_frames", [1, 5, 9, 17])
+def test_encode_decode_shapes(tiny_vae: VideoVAE, num_frames: int) -> None:
+    frames = _clip(num_frames, b=2, size=64)
+    latents = tiny_vae.encode(frames)
+    assert latents.shape == (2, 8, num_latent_frames(num_frames), 4, 4)
+    assert latents.dtype == torch.float32 and torch.isfinite(latents).all()
+    recon = tiny_vae.decode(latents)
+    assert recon.shape == frames.shape
+    assert recon.min() >= 0 and recon.max() <= 1
+    torch.testing.assert_close(tiny_vae.encode(frames), latents, rtol=0, atol=0)  # deterministic
+
+
+def test_frozen_by_default(tiny_vae: VideoVAE) -> None:
+    assert not any(p.requires_grad for p in tiny_vae.parameters())
+    tiny_vae.train()  # a parent calling .train() must not unfreeze it
+    assert not tiny_vae.training and not tiny_vae.autoencoder.training
+    assert not tiny_vae.encode(_clip(1)).requires_grad
+
+
+def test_latent_normalisation_uses_stats() -> None:
+    vae = VideoVAE(vae_config("tiny"))
+    frames = _clip(5)
+    raw = vae.encode(frames)
+    mean, std = torch.linspace(-1, 1, 8), torch.linspace(0.5, 2, 8)
+    vae.set_latent_stats(mean, std)
+    torch.testing.assert_close(vae.encode(frames), (raw - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1))
+    torch.testing.assert_close(vae.denormalize(vae.normalize(raw)), raw)
+
+
+def test_wan22_preset_is_the_published_layout() -> None:
+    cfg = vae_config("wan2.2")
+    kw = cfg.to_diffusers()
+    assert (kw["base_dim"], kw["decoder_base_dim"], kw["z_dim"]) == (160, 256, 48)
+    assert (kw["patch_size"], kw["is_residual"], kw["in_channels"]) == (2, True, 12)
+    assert (kw["scale_factor_temporal"], kw["scale_factor_spatial"]) == (4, 16)
+    assert kw["latents_mean"] == WAN22_LATENTS_MEAN and len(kw["latents_std"]) == 48
+    with torch.device("meta"):
+        vae = VideoVAE(cfg)
+    assert 6e8 < sum(p.numel() for p in vae.parameters()) < 8e8  # ~0.7 B parameters
+
+
+def test_small_preset_latent_channels_configurable() -> None:
+    assert vae_config("sim-small").latent_channels == 16
+    vae = VideoVAE(vae_config("tiny", latent_channels=12))
+    assert vae.encode(_clip(1)).shape[1] == 12
+
+
+# ---- training really reduces the reconstruction error --------------------------------------------
+
+
+def test_reconstruction_improves_with_training() -> None:
+    from cosmos3_robot.training.vae import psnr, vae_loss
+
+    torch.manual_seed(0)
+    vae = VideoVAE(vae_config("tiny", base_dim=8, decoder_base_dim=8))
+    # a trivial pattern: four flat-coloured quadrants, at four colourings
+    frames = torch.zeros(4, 1, 3, SIZE, SIZE)
+    colours = torch.tensor([[0.9, 0.1, 0.1], [0.1, 0.8, 0.2], [0.2, 0.3, 0.9], [0.8, 0.8, 0.1]])
+    for i in range(4):
+        for q, (ys, xs) in enumerate([(0, 0), (0, 16), (16, 0), (16, 16)]):
+            frames[i, 0, :, ys : ys + 16, xs : xs + 16] = colours[(i + q) % 4].view(3, 1, 1)
+
+    def score() -> float:
+        with torch.no_grad():
+            return psnr(vae.decode(vae.encode(frames)), frames).mean().item()
+
+    before = score()
+    vae.unfreeze()
+    opt = torch.optim.Adam(vae.autoencoder.parameters(), lr=3e-3)
+    args = argparse.Namespace(dtype="fp32", loss="l1", edge_weight=0.0, kl_weight=1e-4)
+    for _ in range(300):
+        loss, _ = vae_loss(vae, frames, args)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    vae.freeze()
+    after = score()
+    assert after > before + 8, (before, after)
+    assert after > 22, after
+
+
+# ---- folders ---------------------------------------------------------------------------------
+
+
+def test_save_load_roundtrip(tmp_path, tiny_vae: VideoVAE) -> None:
+    vae = VideoVAE(vae_config("tiny"))
+    vae.set_latent_stats(torch.linspace(-0.5, 0.5, 8), torch.linspace(0.7, 1.3, 8))
+    vae.save_pretrained(tmp_path / "vae")
+    vae.save_pretrained(tmp_path / "vae")  # overwriting an existing folder is atomic too
+    assert not [p for p in tmp_path.iterdir() if p.name != "vae"]  # no temp folders left behind
+    loaded = VideoVAE.from_pretrained(tmp_path / "vae")
+    assert loaded.config == vae.config
+    for (k, a), (k2, b) in zip(vae.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert k == k2 and torch.equal(a, b)
+    assert torch.equal(loaded.latents_std, vae.latents_std)
+    frames = _clip(5)
+    assert torch.equal(loaded.encode(frames), vae.encode(frames))
+    assert not any(p.requires_grad for p in loaded.parameters())
+    # a pipeline folder with a vae/ subfolder also loads
+    assert VideoVAE.from_pretrained(tmp_path).config == vae.config
+
+
+def test_other_architecture_folder_raises(tmp_path) -> None:
+    from diffusers import AutoencoderKLWan
+
+    wan21 = AutoencoderKLWan(base_dim=8, z_dim=4, latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
+    wan21.save_pretrained(tmp_path / "wan21")
+    with pytest.raises(ValueError, match="different architecture.*Wan2.1.*is_residual=False"):
+        VideoVAE.from_pretrained(tmp_path / "wan21")
+    other = tmp_path / "sd_vae"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", "latent_channels": 4}))
+    with pytest.raises(ValueError, match="AutoencoderKL, not an AutoencoderKLWan"):
+        VideoVAE.from_pretrained(other)
+
+
+# ---- latent cache ----------------------------------------------------------------------------
+
+
+def test_latent_cache_identical_to_direct_encoding(tmp_path, tiny_vae: VideoVAE) -> None:
+    from cosmos3_robot.training.latent_cache import CachedEncoder, LatentCache
+
+    gen = torch.Generator().manual_seed(1)
+    episodes = [(e, torch.randint(0, 256, (n, 3, SIZE, SIZE), dtype=torch.uint8, generator=gen)) for e, n in [(0, 13), (3, 9)]]
+    source = [(e, f, torch.arange(f.shape[0], dtype=torch.float64) / 15) for e, f in episodes]
+    cache = LatentCache.build(tmp_path / "cache", tiny_vae, source, clip_frames=5, stride=4)
+    assert cache.episodes == [0, 3]
+    assert cache.episode(0)["starts"].tolist() == [0, 4, 8]
+    torch.testing.assert_close(cache.episode(3)["latent_times"][1], torch.tensor([4 / 15, 8 / 15], dtype=torch.float64))
+
+    frames = torch.stack([episodes[0][1][4:9], episodes[1][1][0:5]]).float() / 255  # (2, 5, 3, H, W)
+    keys = [(0, 4), (3, 0)]
+    with_cache = CachedEncoder(tiny_vae, LatentCache(tmp_path / "cache", vae=tiny_vae))
+    without = CachedEncoder(tiny_vae)
+    a, b = with_cache.encode(frames, keys), without.encode(frames, keys)
+    assert with_cache.hits == 2 and with_cache.misses == 0 and without.misses == 2
+    assert torch.equal(a, b)
+    assert torch.equal(a, torch.cat([tiny_vae.encode(frames[i : i + 1]) for i in range(2)]))
+    # a cache written by another VAE is refused
+    with pytest.raises(ValueError, match="different VAE"):
+        LatentCache(tmp_path / "cache", vae=VideoVAE(vae_config("tiny")))
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "frames, match",
+    [
+        (torch.rand(1, 5, 4, SIZE, SIZE), "3 RGB channels"),
+        (torch.rand(1, 5, SIZE, SIZE, 3), "channel-last"),
+        ((torch.rand(1, 5, 3, SIZE, SIZE) * 255).to(torch.uint8), r"floating point.*float\(\) / 255"),
+        (torch.rand(1, 5, 3, SIZE, SIZE) * 255, r"\[0, 1\].*divide by 255"),
+        (torch.rand(1, 5, 3, SIZE, SIZE) * 2 - 1, r"\(x \+ 1\) / 2"),
+        (torch.rand(1, 4, 3, SIZE, SIZE), r"1 \+ 4k.*Trim the clip to 1 frames or extend it to 5"),
+        (torch.rand(1, 6, 3, SIZE, SIZE), r"1 \+ 4k.*Trim the clip to 5 frames"),
+        (torch.rand(1, 5, 3, 48, SIZE), r"not divisible by 32.*H=48.*Resize"),
+        (torch.rand(1, 1, 3, 16, 16), "not divisible by 32"),
+        (torch.rand(5, 3, SIZE, SIZE), "add the batch axis"),
+    ],
+)
+def test_bad_frames_raise(tiny_vae: VideoVAE, frames: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tiny_vae.encode(frames)
+
+
+def test_bad_latents_and_times_raise(tiny_vae: VideoVAE) -> None:
+    with pytest.raises(ValueError, match=r"\(B, 8, T_lat, h, w\)"):
+        tiny_vae.decode(torch.zeros(1, 48, 1, 2, 2))
+    with pytest.raises(ValueError, match="1 \\+ 4k"):
+        latent_frame_times(torch.arange(7.0))
+    with pytest.raises(ValueError, match="dim_mult must hold 4"):
+        VideoVAEConfig(dim_mult=[1, 2, 4])
+    with pytest.raises(ValueError, match="one value per latent channel"):
+        VideoVAEConfig(latent_channels=8, latents_mean=[0.0] * 4)
