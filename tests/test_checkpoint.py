@@ -16,13 +16,6 @@ from cosmos3_robot.model.vit import ViT, vit_preset
 from tests.test_model_core import make_gen, tiny_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def tiny_vit() -> ViT:
     torch.manual_seed(1)

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from cosmos3_robot.flow import EulerSampler, guided  # noqa: E402
 from cosmos3_robot.model import ReasonerCache, unpatchify  # noqa: E402
+from cosmos3_robot.model.checkpoint import load_model  # noqa: E402
 from cosmos3_robot.model.diffusers_io import (  # noqa: E402
     WEIGHTS_NAME,
     config_from_diffusers,
@@ -27,7 +28,6 @@ from cosmos3_robot.model.diffusers_io import (  # noqa: E402
     export_main,
     import_main,
     load_diffusers_cosmos3,
-    load_model_folder,
     tensor_mapping,
 )
 from cosmos3_robot.model.diffusers_positions import (  # noqa: E402
@@ -284,8 +284,9 @@ def test_sharded_import_and_cli_round_trip(saved, tmp_path, monkeypatch):
     ref_model.save_pretrained(sharded, max_shard_size="40KB")
     assert (sharded / "diffusion_pytorch_model.safetensors.index.json").exists()
     assert import_main([str(sharded), str(tmp_path / "ours")]) == 0
-    ours, compat = load_model_folder(tmp_path / "ours")
-    assert compat is not None and compat.modality_margin == 500 and not compat.reset_spatial_ids
+    _, _, meta = load_model(tmp_path / "ours")
+    compat = meta["diffusers_compat"]
+    assert compat["modality_margin"] == 500 and not compat["reset_spatial_ids"]
     assert export_main([str(tmp_path / "ours"), str(tmp_path / "back"), "--max-shard-gb", "0.00003"]) == 0
     back = from_pretrained(tmp_path / "back", monkeypatch)
     orig = ref_model.state_dict()
@@ -335,6 +336,7 @@ def test_bad_checkpoints_raise_naming_the_culprit(saved, tmp_path, edit_tensors,
 def test_bf16_import_keeps_time_embedder_fp32(saved):
     _, folder = saved["B"]
     model, _ = load_diffusers_cosmos3(folder, dtype=torch.bfloat16)
+    assert model.config.null_condition  # Cosmos 3 is sampled with classifier-free guidance
     assert model.time_embed.linear_1.weight.dtype == torch.float32
     assert model.layers[0].dm.mlp.up_proj.weight.dtype == torch.bfloat16
     assert not any(p.is_meta for p in model.parameters())

@@ -46,14 +46,6 @@ PATCH_DIM = 3 * 2 * 4 * 4
 IMG_GRID, VID_GRID = (1, 4, 6), (2, 4, 4)  # in patches: 6 image tokens; 2 frames x 4 video tokens
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls are fastest on one thread, and two OpenMP threads spin badly on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def hf_config(hidden, layers, heads, kv, head_dim, section, tie):
     text = dict(

@@ -13,13 +13,6 @@ from cosmos3_robot.model import MoT, preset
 from cosmos3_robot.model.text_generation import SamplingConfig, filter_logits, generate, next_token
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 @pytest.fixture(scope="module")
 def model() -> MoT:

@@ -73,7 +73,9 @@ def test_latent_normalisation_uses_stats() -> None:
     raw = vae.encode(frames)
     mean, std = torch.linspace(-1, 1, 8), torch.linspace(0.5, 2, 8)
     vae.set_latent_stats(mean, std)
-    torch.testing.assert_close(vae.encode(frames), (raw - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1))
+    torch.testing.assert_close(
+        vae.encode(frames), (raw - mean.view(1, -1, 1, 1, 1)) / std.view(1, -1, 1, 1, 1)
+    )
     torch.testing.assert_close(vae.denormalize(vae.normalize(raw)), raw)
 
 
@@ -102,7 +104,7 @@ def test_reconstruction_improves_with_training() -> None:
     from cosmos3_robot.training.vae import psnr, vae_loss
 
     torch.manual_seed(0)
-    vae = VideoVAE(vae_config("tiny", base_dim=8, decoder_base_dim=8))
+    vae = VideoVAE(vae_config("tiny"))
     # a trivial pattern: four flat-coloured quadrants, at four colourings
     frames = torch.zeros(4, 1, 3, SIZE, SIZE)
     colours = torch.tensor([[0.9, 0.1, 0.1], [0.1, 0.8, 0.2], [0.2, 0.3, 0.9], [0.8, 0.8, 0.1]])
@@ -116,17 +118,22 @@ def test_reconstruction_improves_with_training() -> None:
 
     before = score()
     vae.unfreeze()
-    opt = torch.optim.Adam(vae.autoencoder.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(vae.autoencoder.parameters(), lr=1e-2)
     args = argparse.Namespace(dtype="fp32", loss="l1", edge_weight=0.0, kl_weight=1e-4)
-    for _ in range(300):
-        loss, _ = vae_loss(vae, frames, args)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny convolutions are overhead-bound; one thread is faster on a busy CPU
+    try:
+        for _ in range(150):
+            loss, _ = vae_loss(vae, frames, args)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
     vae.freeze()
-    after = score()
-    assert after > before + 8, (before, after)
-    assert after > 22, after
+    after = score()  # measured: 8.7 dB -> 30.7 dB
+    assert after > before + 12, (before, after)
+    assert after > 24, after
 
 
 # ---- folders ---------------------------------------------------------------------------------
@@ -171,12 +178,17 @@ def test_latent_cache_identical_to_direct_encoding(tmp_path, tiny_vae: VideoVAE)
     from cosmos3_robot.training.latent_cache import CachedEncoder, LatentCache
 
     gen = torch.Generator().manual_seed(1)
-    episodes = [(e, torch.randint(0, 256, (n, 3, SIZE, SIZE), dtype=torch.uint8, generator=gen)) for e, n in [(0, 13), (3, 9)]]
+    episodes = [
+        (e, torch.randint(0, 256, (n, 3, SIZE, SIZE), dtype=torch.uint8, generator=gen))
+        for e, n in [(0, 13), (3, 9)]
+    ]
     source = [(e, f, torch.arange(f.shape[0], dtype=torch.float64) / 15) for e, f in episodes]
     cache = LatentCache.build(tmp_path / "cache", tiny_vae, source, clip_frames=5, stride=4)
     assert cache.episodes == [0, 3]
     assert cache.episode(0)["starts"].tolist() == [0, 4, 8]
-    torch.testing.assert_close(cache.episode(3)["latent_times"][1], torch.tensor([4 / 15, 8 / 15], dtype=torch.float64))
+    torch.testing.assert_close(
+        cache.episode(3)["latent_times"][1], torch.tensor([4 / 15, 8 / 15], dtype=torch.float64)
+    )
 
     frames = torch.stack([episodes[0][1][4:9], episodes[1][1][0:5]]).float() / 255  # (2, 5, 3, H, W)
     keys = [(0, 4), (3, 0)]
@@ -223,3 +235,48 @@ def test_bad_latents_and_times_raise(tiny_vae: VideoVAE) -> None:
         VideoVAEConfig(dim_mult=[1, 2, 4])
     with pytest.raises(ValueError, match="one value per latent channel"):
         VideoVAEConfig(latent_channels=8, latents_mean=[0.0] * 4)
+
+
+# ---- the train-vae command end to end (writes a LeRobot dataset: slow) --------------------------
+
+
+@pytest.mark.slow
+def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
+    import numpy as np
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from cosmos3_robot.training import vae as train_vae
+    from cosmos3_robot.training.latent_cache import LatentCache
+
+    features = {
+        "observation.image": {
+            "dtype": "video",
+            "shape": (SIZE, SIZE, 3),
+            "names": ["height", "width", "channels"],
+        },
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+    }
+    ds = LeRobotDataset.create("local/vae_test", fps=10, features=features, root=tmp_path / "data")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        for t in range(9):
+            img = np.full((SIZE, SIZE, 3), 40, np.uint8)
+            img[8:16, 2 * t : 2 * t + 8] = (220, 60, 30)  # a block sliding right
+            ds.add_frame(
+                {"observation.image": img, "action": rng.normal(size=2).astype(np.float32), "task": "t"}
+            )
+        ds.save_episode()
+    ds.finalize()
+
+    common = ["--repo-id", "local/vae_test", "--root", str(tmp_path / "data"), "--out", str(tmp_path / "run"),
+              "--preset", "tiny", "--batch-frames", "5", "--eval-every", "2", "--save-every", "2",
+              "--holdout-episodes", "1", "--threads", "1"]  # fmt: skip
+    assert train_vae.main([*common, "--steps", "2"]) == 0
+    assert train_vae.main([*common, "--steps", "4"]) == 0  # resumes at step 2
+    log = json.loads((tmp_path / "run" / "train_log.json").read_text())
+    assert log["step"] == 4 and [h["step"] for h in log["history"]] == [2, 4]
+    vae = VideoVAE.from_pretrained(tmp_path / "run" / "vae")
+    cache = LatentCache.build_from_lerobot(
+        tmp_path / "cache", vae, "local/vae_test", tmp_path / "data", clip_frames=5, stride=4, progress=False
+    )
+    assert cache.episodes == [0, 1, 2] and cache.episode(1)["latents"].shape == (2, 8, 2, 2, 2)

@@ -10,11 +10,10 @@ for inputs (`encode`) and outputs (`decode`).
     raw (..., D) ──normalise──► (..., D) in ≈[-1, 1] ──pad──► (..., W), mask (W,)   [encode]
     model output (..., W) ──drop padding──► (..., D) ──unnormalise──► raw (..., D)  [decode]
 
-Both normalisation modes are one affine map y = (x - center) / scale, evaluated in float64:
-    mean_std: center = mean,              scale = std
-    min_max:  center = (max + min) / 2,   scale = (max - min) / 2   (maps [min, max] to [-1, 1])
-A dimension that never moves (scale below `eps`) gets scale 1, so it maps to x - center (≈ 0)
-instead of dividing by zero, and stays invertible.
+Normalisation is `datasets.normalize.Normalizer` (one affine map per key: mean_std, or min_max
+onto [-1, 1]); this module only evaluates it in float64, so that `decode(encode(a))` returns `a`
+up to float64 rounding (≈1e-16 relative) for float64 actions and to float32 rounding for float32
+actions, whatever the magnitude of the statistics.
 """
 
 from __future__ import annotations
@@ -27,98 +26,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-NORM_MODES = ("mean_std", "min_max")
+from cosmos3_robot.datasets.normalize import KeyStats, Normalizer
+
+ACTION_KEY = "action"
 
 
-def _vec(value: Any, name: str) -> list[float]:
-    arr = np.asarray(value, dtype=np.float64).reshape(-1)
-    if arr.size == 0 or not np.isfinite(arr).all():
-        raise ValueError(f"action statistic {name!r} must be a non-empty finite vector, got {value!r}")
-    return [float(v) for v in arr]
-
-
-@dataclass
-class ActionNormalizer:
-    """Per-dimension affine normalisation of one dataset's actions; exactly invertible.
-
-    Build it with `fit(actions)` or `from_stats(stats)` (LeRobot's `meta.stats["action"]` works).
-    `normalize` / `unnormalize` compute in float64 and return the input's dtype, so the round trip
-    is exact up to float64 rounding (≈1e-16 relative) for float64 input and to float32 rounding
-    for float32 input.
-    """
-
-    mode: str
-    center: list[float]
-    scale: list[float]
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.mode not in NORM_MODES:
-            raise ValueError(f"ActionNormalizer.mode must be one of {NORM_MODES}, got {self.mode!r}")
-        self.center = _vec(self.center, "center")
-        self.scale = _vec(self.scale, "scale")
-        if len(self.center) != len(self.scale):
-            raise ValueError(f"center has {len(self.center)} dims but scale has {len(self.scale)}")
-        if min(self.scale) <= 0:
-            raise ValueError("ActionNormalizer.scale must be > 0 in every dimension")
-
-    @property
-    def dim(self) -> int:
-        return len(self.center)
-
-    @classmethod
-    def from_stats(cls, stats: dict[str, Any], mode: str = "min_max", eps: float = 1e-6) -> ActionNormalizer:
-        """From statistics {mean, std} or {min, max} (extra keys are ignored)."""
-        if mode == "mean_std":
-            center = np.asarray(_vec(stats["mean"], "mean"))
-            spread = np.asarray(_vec(stats["std"], "std"))
-        elif mode == "min_max":
-            lo, hi = np.asarray(_vec(stats["min"], "min")), np.asarray(_vec(stats["max"], "max"))
-            if (hi < lo).any():
-                raise ValueError("action stats have max < min in some dimension")
-            center, spread = (hi + lo) / 2, (hi - lo) / 2
-        else:
-            raise ValueError(f"mode must be one of {NORM_MODES}, got {mode!r}")
-        scale = np.where(spread < eps, 1.0, spread)
-        return cls(mode=mode, center=center.tolist(), scale=scale.tolist(), eps=eps)
-
-    @classmethod
-    def fit(cls, actions: Tensor | np.ndarray, mode: str = "min_max", eps: float = 1e-6) -> ActionNormalizer:
-        """Statistics of actions (N, D) (or (..., D), flattened)."""
-        a = torch.as_tensor(actions, dtype=torch.float64).reshape(-1, torch.as_tensor(actions).shape[-1])
-        stats = {
-            "mean": a.mean(0),
-            "std": a.std(0, unbiased=False),
-            "min": a.amin(0),
-            "max": a.amax(0),
-        }
-        return cls.from_stats({k: v.numpy() for k, v in stats.items()}, mode=mode, eps=eps)
-
-    def _check(self, x: Tensor) -> None:
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"actions have {x.shape[-1]} dims on the last axis but this normaliser has {self.dim}")
-
-    def normalize(self, actions: Tensor) -> Tensor:
-        self._check(actions)
-        x = actions.to(torch.float64)
-        center = torch.tensor(self.center, dtype=torch.float64, device=x.device)
-        scale = torch.tensor(self.scale, dtype=torch.float64, device=x.device)
-        return ((x - center) / scale).to(actions.dtype)
-
-    def unnormalize(self, normalized: Tensor) -> Tensor:
-        self._check(normalized)
-        y = normalized.to(torch.float64)
-        center = torch.tensor(self.center, dtype=torch.float64, device=y.device)
-        scale = torch.tensor(self.scale, dtype=torch.float64, device=y.device)
-        return (y * scale + center).to(normalized.dtype)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain json-able dict; Python floats round-trip through json exactly."""
-        return {"mode": self.mode, "center": list(self.center), "scale": list(self.scale), "eps": self.eps}
-
-    @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> ActionNormalizer:
-        return cls(**state)
+def action_normalizer(
+    actions: Tensor | np.ndarray, mode: str = "min_max", key: str = ACTION_KEY
+) -> Normalizer:
+    """A `Normalizer` for `key` fitted on actions (N, D) (or (..., D), flattened)."""
+    a = np.asarray(torch.as_tensor(actions).detach().cpu(), dtype=np.float64)
+    a = a.reshape(-1, a.shape[-1])
+    stats = KeyStats(mean=a.mean(0), std=a.std(0), min=a.min(0), max=a.max(0))
+    return Normalizer({key: stats}, {key: mode})
 
 
 def pad_actions(actions: Tensor, width: int) -> tuple[Tensor, Tensor]:
@@ -148,47 +68,75 @@ class ActionTransform:
     """Everything the model needs to know about one dataset's actions (saved with the checkpoint).
 
     name: the dataset (LeRobot repo id) or robot; embodiment_id: index of its action projection;
-    width: the model's shared action width (padding target); normalizer: this dataset's statistics.
+    width: the model's shared action width (padding target); normalizer: this dataset's
+    statistics (`datasets.normalize.Normalizer`), read under `key`.
     """
 
     name: str
     embodiment_id: int
     width: int
-    normalizer: ActionNormalizer
+    normalizer: Normalizer
+    key: str = ACTION_KEY
 
     def __post_init__(self) -> None:
         if self.embodiment_id < 0:
             raise ValueError(f"embodiment_id must be >= 0, got {self.embodiment_id}")
-        if self.normalizer.dim > self.width:
+        if self.key not in self.normalizer.stats:
             raise ValueError(
-                f"dataset {self.name!r} has {self.normalizer.dim} action dims but the action width is "
-                f"{self.width}; raise the width to at least {self.normalizer.dim}"
+                f"the normaliser has no stats for {self.key!r}; it has {sorted(self.normalizer.stats)}"
             )
+        if self.dim > self.width:
+            raise ValueError(
+                f"dataset {self.name!r} has {self.dim} action dims but the action width is "
+                f"{self.width}; raise the width to at least {self.dim}"
+            )
+
+    @classmethod
+    def fit(
+        cls, name: str, embodiment_id: int, width: int, actions: Tensor, mode: str = "min_max"
+    ) -> ActionTransform:
+        return cls(name, embodiment_id, width, action_normalizer(actions, mode))
 
     @property
     def dim(self) -> int:
-        return self.normalizer.dim
+        return int(self.normalizer.stats[self.key].mean.shape[0])
+
+    def normalize(self, actions: Tensor) -> Tensor:
+        """(..., D) raw -> (..., D) normalised; float64 arithmetic, the input's dtype out."""
+        self._check(actions)
+        return self.normalizer.normalize(self.key, actions.to(torch.float64)).to(actions.dtype)
+
+    def unnormalize(self, normalized: Tensor) -> Tensor:
+        self._check(normalized)
+        return self.normalizer.unnormalize(self.key, normalized.to(torch.float64)).to(normalized.dtype)
+
+    def _check(self, x: Tensor) -> None:
+        if x.shape[-1] != self.dim:
+            raise ValueError(
+                f"actions have {x.shape[-1]} dims on the last axis but {self.name!r} has {self.dim}"
+            )
 
     def encode(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         """Raw actions (..., D) -> normalised, padded (..., width) and the mask (width,)."""
-        return pad_actions(self.normalizer.normalize(actions), self.width)
+        return pad_actions(self.normalize(actions), self.width)
 
     def decode(self, padded: Tensor) -> Tensor:
         """Model actions (..., width) -> raw actions (..., D); the padded entries are dropped."""
-        return self.normalizer.unnormalize(unpad_actions(padded, self.dim))
+        return self.unnormalize(unpad_actions(padded, self.dim))
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "embodiment_id": self.embodiment_id,
             "width": self.width,
+            "key": self.key,
             "normalizer": self.normalizer.state_dict(),
         }
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> ActionTransform:
         state = dict(state)
-        state["normalizer"] = ActionNormalizer.from_state_dict(state["normalizer"])
+        state["normalizer"] = Normalizer.from_state_dict(state["normalizer"])
         return cls(**state)
 
 

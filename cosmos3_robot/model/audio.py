@@ -58,7 +58,9 @@ class AudioEncoderConfig:
         if not 0 <= self.f_min < self.f_max <= self.sample_rate / 2:
             raise ValueError(f"need 0 <= f_min < f_max <= sample_rate / 2, got {self.f_min}, {self.f_max}")
         if not self.project and self.audio_dim != self.n_mels:
-            raise ValueError(f"project=False keeps the {self.n_mels} mel bins, so audio_dim must equal n_mels")
+            raise ValueError(
+                f"project=False keeps the {self.n_mels} mel bins, so audio_dim must equal n_mels"
+            )
 
     @property
     def hop_length(self) -> int:
@@ -142,7 +144,9 @@ class AudioEncoder(nn.Module):
                 f"average the channels of multi-channel audio first"
             )
         if not waveform.is_floating_point():
-            raise ValueError(f"waveform must be float (e.g. in [-1, 1]), got {waveform.dtype}; int16 audio: x / 32768")
+            raise ValueError(
+                f"waveform must be float (e.g. in [-1, 1]), got {waveform.dtype}; int16 audio: x / 32768"
+            )
         single = waveform.ndim == 1
         wav = waveform[None] if single else waveform
         tokens = self.log_mel(wav) @ self.proj  # (B, T_audio, D)

@@ -81,11 +81,12 @@ class AttentionConfig:
                 f"head_dim // 2 = {self.head_dim // 2}"
             )
         t, h, w = self.rope_sections
-        # Interleaved mRoPE puts h on pairs 1, 4, 7, ... and w on 2, 5, 8, ...: they must fit.
-        if 3 * max(h, w) > self.head_dim // 2 or min(self.rope_sections) < 0:
+        pairs = self.head_dim // 2
+        # Interleaved mRoPE puts h on pairs 1, 4, ..., 3h-2 and w on pairs 2, 5, ..., 3w-1: they must exist.
+        if min(self.rope_sections) < 0 or (h and 3 * h - 2 >= pairs) or (w and 3 * w - 1 >= pairs):
             raise ValueError(
-                f"AttentionConfig.rope_sections {self.rope_sections}: interleaved mRoPE needs "
-                f"3*max(h, w) <= head_dim // 2 = {self.head_dim // 2}"
+                f"AttentionConfig.rope_sections {self.rope_sections}: interleaved mRoPE needs 3h-2 and 3w-1 "
+                f"below head_dim // 2 = {pairs}"
             )
 
 
@@ -217,34 +218,30 @@ def _preset_sim_small() -> ModelConfig:
     )
 
 
-def _preset_nano() -> ModelConfig:
-    # Qwen3-VL-8B text config: hidden 4096, 36 layers, 32 q / 8 kv heads of 128, FFN 12288.
+def _qwen3vl_preset(hidden: int, ffn: int, layers: int, heads: int) -> ModelConfig:
+    """Both towers with a Qwen3-VL text config (8 kv heads of 128, rope theta 5e6, vocab 151936)."""
     return ModelConfig(
-        reasoner=_qwen3_tower(4096, 12288),
-        generator=_qwen3_tower(4096, 12288),
-        attention=AttentionConfig(num_layers=36, num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=5_000_000.0),
+        reasoner=_qwen3_tower(hidden, ffn),
+        generator=_qwen3_tower(hidden, ffn),
+        attention=AttentionConfig(num_layers=layers, num_heads=heads, num_kv_heads=8, head_dim=128, rope_theta=5_000_000.0),
         vocab_size=151936,
         tie_word_embeddings=False,
         latent_channels=48,
         audio_dim=64,
         action_dim=32,
         num_embodiments=32,
+        null_condition=True,
     )
+
+
+def _preset_nano() -> ModelConfig:
+    # Qwen3-VL-8B text config: hidden 4096, 36 layers, 32 q / 8 kv heads of 128, FFN 12288.
+    return _qwen3vl_preset(4096, 12288, 36, 32)
 
 
 def _preset_super() -> ModelConfig:
     # Qwen3-VL-32B text config: hidden 5120, 64 layers, 64 q / 8 kv heads of 128, FFN 25600.
-    return ModelConfig(
-        reasoner=_qwen3_tower(5120, 25600),
-        generator=_qwen3_tower(5120, 25600),
-        attention=AttentionConfig(num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128, rope_theta=5_000_000.0),
-        vocab_size=151936,
-        tie_word_embeddings=False,
-        latent_channels=48,
-        audio_dim=64,
-        action_dim=32,
-        num_embodiments=32,
-    )
+    return _qwen3vl_preset(5120, 25600, 64, 64)
 
 
 PRESETS = {

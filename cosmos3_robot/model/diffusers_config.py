@@ -160,6 +160,7 @@ def config_from_diffusers(
             time_units_per_second=base_fps / VAE_TEMPORAL_COMPRESSION,
             modality_margin=float(margin),
             sigma_scale=num_train_timesteps * timestep_scale,
+            null_condition=True,  # the pipeline runs classifier-free guidance with a negative prompt
             timestep_embed_dim=TIME_PROJ_DIM,
         )
     except ValueError as e:

@@ -45,16 +45,12 @@ __all__ = [
     "export_main",
     "import_main",
     "load_diffusers_cosmos3",
-    "load_model_folder",
-    "save_model_folder",
     "tensor_mapping",
 ]
 
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
 INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
-OUR_WEIGHTS = "model.safetensors"
-OUR_CONFIG = "config.json"
-COMPAT_NAME = "diffusers_compat.json"
+COMPAT_META = "diffusers_compat"  # key of DiffusersCompat in our checkpoint's meta
 
 # ----------------------------------------------------------------------------------------------
 # Tensor mapping: one table, both directions
@@ -339,59 +335,8 @@ def export_diffusers_cosmos3(
 
 
 # ----------------------------------------------------------------------------------------------
-# Our checkpoint folder (config.json + model.safetensors) and the CLI
+# CLI: Diffusers folder <-> our checkpoint format (`model.checkpoint`), the compat info in its meta
 # ----------------------------------------------------------------------------------------------
-
-
-def save_model_folder(model: MoT, folder: str | os.PathLike, compat: DiffusersCompat | None = None) -> Path:
-    """Our format: config.json (ModelConfig) + model.safetensors (+ diffusers_compat.json), atomically."""
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    seen: set[int] = set()
-    tensors = {}
-    for name, t in model.state_dict().items():
-        if t.data_ptr() in seen:  # tied weights are stored once
-            continue
-        seen.add(t.data_ptr())
-        tensors[name] = t.detach().contiguous().cpu()
-    _atomic_save_safetensors(tensors, path / OUR_WEIGHTS, metadata={"format": "pt"})
-    if compat is not None:
-        _atomic_write_bytes(path / COMPAT_NAME, json.dumps(compat.to_dict(), indent=2).encode())
-    _atomic_write_bytes(path / OUR_CONFIG, model.config.to_json().encode())
-    return path
-
-
-def load_model_folder(folder: str | os.PathLike) -> tuple[MoT, DiffusersCompat | None]:
-    """Inverse of `save_model_folder` (streamed into a meta-device model)."""
-    from safetensors import safe_open
-
-    path = Path(folder)
-    config = ModelConfig.from_dict(json.loads((path / OUR_CONFIG).read_text()))
-    with torch.device("meta"):
-        model = MoT(config)
-    params = dict(model.named_parameters())
-    with safe_open(str(path / OUR_WEIGHTS), framework="pt") as f:
-        keys = set(f.keys())
-        missing = sorted(
-            n for n in params if n not in keys and not (n == "lm_head.weight" and config.tie_word_embeddings)
-        )
-        if missing:
-            raise ValueError(_names_error(f"{path}: tensors missing from {OUR_WEIGHTS}", missing))
-        extra = sorted(keys - set(params))
-        if extra:
-            raise ValueError(_names_error(f"{path}: unexpected tensors in {OUR_WEIGHTS}", extra))
-        for name in sorted(keys):
-            t = f.get_tensor(name)
-            if tuple(t.shape) != tuple(params[name].shape):
-                raise ValueError(
-                    f"tensor {name} has shape {tuple(t.shape)}; config expects {tuple(params[name].shape)}"
-                )
-            _set_tensor(model, name, t)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
-    compat_file = path / COMPAT_NAME
-    compat = DiffusersCompat.from_dict(json.loads(compat_file.read_text())) if compat_file.exists() else None
-    return model.eval(), compat
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -403,13 +348,15 @@ def import_main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "src", help="Diffusers Cosmos3OmniTransformer folder (or a pipeline folder with transformer/)"
     )
-    ap.add_argument("dst", help="output folder (config.json + model.safetensors + diffusers_compat.json)")
+    ap.add_argument("dst", help="output checkpoint folder (our format, see cosmos3_robot.model.checkpoint)")
     ap.add_argument(
         "--dtype", choices=sorted(_DTYPES), default=None, help="cast weights (default: as stored)"
     )
     args = ap.parse_args(argv)
+    from .checkpoint import save_model
+
     model, compat = load_diffusers_cosmos3(args.src, dtype=_DTYPES.get(args.dtype))
-    save_model_folder(model, args.dst, compat)
+    save_model(args.dst, model, meta={COMPAT_META: compat.to_dict(), "imported_from": str(args.src)})
     n = sum(p.numel() for p in model.parameters())
     print(f"imported {n / 1e6:.1f} M parameters from {args.src} into {args.dst}")
     return 0
@@ -418,12 +365,15 @@ def import_main(argv: list[str] | None = None) -> int:
 def export_main(argv: list[str] | None = None) -> int:
     """`cosmos3-robot export-diffusers SRC DST`: our checkpoint folder -> Diffusers Cosmos 3 folder."""
     ap = argparse.ArgumentParser(prog="cosmos3-robot export-diffusers", description=export_main.__doc__)
-    ap.add_argument("src", help="our checkpoint folder (config.json + model.safetensors)")
+    ap.add_argument("src", help="our checkpoint folder (cosmos3_robot.model.checkpoint format)")
     ap.add_argument("dst", help="output Diffusers transformer folder")
     ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None)
     ap.add_argument("--max-shard-gb", type=float, default=5.0)
     args = ap.parse_args(argv)
-    model, compat = load_model_folder(args.src)
+    from .checkpoint import load_model
+
+    model, _, meta = load_model(args.src)
+    compat = DiffusersCompat.from_dict(meta[COMPAT_META]) if COMPAT_META in meta else None
     export_diffusers_cosmos3(
         model,
         args.dst,

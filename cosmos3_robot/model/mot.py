@@ -271,7 +271,9 @@ class MoT(nn.Module):
                 pos[:, 1:] = s.grid.transpose(1, 2).float()
         return x, pos
 
-    def embed_generator(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor, Tensor | None]:
+    def embed_generator(
+        self, cache: ReasonerCache, gen: GenInput, validate: bool = True
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """GenInput -> tokens (B, Ld, C), positions (B, 3, Ld), validity (B, Ld) or None."""
         if self.config.generator is None:
             raise ValueError("this model has no Generator tower (Reasoner-only checkpoint); it can only reason")
@@ -281,7 +283,8 @@ class MoT(nn.Module):
         offset = cache.next_position + self.config.modality_margin
         xs, poss, valids = [], [], []
         for name, s in gen.items():
-            s.validate(name, self._stream_width(name))
+            if validate:
+                s.validate(name, self._stream_width(name))
             x, pos = self._embed_stream(name, s, offset)
             xs.append(x)
             poss.append(pos)
@@ -289,18 +292,37 @@ class MoT(nn.Module):
         dm_valid = torch.cat(valids, dim=1)
         return torch.cat(xs, dim=1), torch.cat(poss, dim=2), None if bool(dm_valid.all()) else dm_valid
 
-    def run_generator(self, cache: ReasonerCache, x: Tensor, positions: Tensor, dm_valid: Tensor | None) -> Tensor:
-        """The Generator tower over embedded tokens x (B, Ld, C), reading the cache -> (B, Ld, C) normed."""
-        cos, sin = self._rope(positions)
+    def run_generator(
+        self,
+        cache: ReasonerCache,
+        x: Tensor,
+        positions: Tensor,
+        dm_valid: Tensor | None,
+        rope: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        """The Generator tower over embedded tokens x (B, Ld, C), reading the cache -> (B, Ld, C) normed.
+
+        rope: precomputed (cos, sin) for `positions` (they do not change between denoising steps)."""
+        cos, sin = rope if rope is not None else self._rope(positions)
         for layer, kv in zip(self.layers, cache.kv, strict=True):
             x = layer.generate(x, cos, sin, kv, cache.valid, dm_valid)
         return self.norm_dm(x)
 
-    def denoise(self, cache: ReasonerCache, gen: GenInput) -> dict[str, Tensor]:
+    def denoise(
+        self,
+        cache: ReasonerCache,
+        gen: GenInput,
+        *,
+        validate: bool = True,
+        rope: tuple[Tensor, Tensor] | None = None,
+    ) -> dict[str, Tensor]:
         """One Generator pass over `gen`, reading the Reasoner's cache. Returns the predicted
-        velocity per stream, {name: (B, N, width)} (zeros where a token is padding)."""
-        x, positions, dm_valid = self.embed_generator(cache, gen)
-        h = self.run_generator(cache, x, positions, dm_valid)
+        velocity per stream, {name: (B, N, width)} (zeros where a token is padding).
+
+        A sampler validates its request once and passes `validate=False` and the request's
+        `rope = model.generator_rope(cache, gen)` on later steps: neither changes between steps."""
+        x, positions, dm_valid = self.embed_generator(cache, gen, validate)
+        h = self.run_generator(cache, x, positions, dm_valid, rope)
         streams = gen.items()
         out = {}
         for (name, s), part in zip(streams, torch.split(h, [s.length for _, s in streams], dim=1), strict=True):
@@ -312,6 +334,11 @@ class MoT(nn.Module):
                 v = self.action_out(part, s.embodiment)
             out[name] = v * s.valid_mask()[..., None].to(v.dtype)
         return out
+
+    def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:
+        """RoPE (cos, sin) of a Generator request; fixed for all its denoising steps."""
+        _, positions, _ = self.embed_generator(cache, gen)
+        return self._rope(positions)
 
     def forward(
         self,

@@ -153,7 +153,11 @@ class VideoVAEConfig:
         if cfg.get("attn_scales"):
             wrong["attn_scales"] = (cfg["attn_scales"], [])
         if wrong:
-            hint = " (this looks like the Wan2.1 VAE: 8x spatial, no patchify)" if not cfg.get("is_residual") else ""
+            hint = (
+                " (this looks like the Wan2.1 VAE: 8x spatial, no patchify)"
+                if not cfg.get("is_residual")
+                else ""
+            )
             desc = ", ".join(f"{k}={got!r} (needs {need!r})" for k, (got, need) in wrong.items())
             raise ValueError(
                 f"{source} is an AutoencoderKLWan of a different architecture{hint}: {desc}. {fix}"
@@ -210,7 +214,10 @@ def check_spatial_size(height: int, width: int) -> None:
     """Raise unless H and W are multiples of 32 (16x VAE × 2x2 Generator patch merge)."""
     bad = [f"{n}={v}" for n, v in (("H", height), ("W", width)) if v <= 0 or v % SPATIAL_MULTIPLE]
     if bad:
-        fix = ", ".join(f"{v} -> {max(SPATIAL_MULTIPLE, round(v / SPATIAL_MULTIPLE) * SPATIAL_MULTIPLE)}" for v in (height, width))
+        fix = ", ".join(
+            f"{v} -> {max(SPATIAL_MULTIPLE, round(v / SPATIAL_MULTIPLE) * SPATIAL_MULTIPLE)}"
+            for v in (height, width)
+        )
         raise ValueError(
             f"frame size {height}x{width} is not divisible by {SPATIAL_MULTIPLE} ({', '.join(bad)}): the VAE "
             f"downsamples 16x and the Generator merges 2x2 latent patches. Resize or crop the frames "
@@ -283,7 +290,9 @@ class VideoVAE(nn.Module):
         from diffusers import AutoencoderKLWan  # heavy import, only when a VAE is built
 
         self.config = config
-        self.autoencoder = autoencoder if autoencoder is not None else AutoencoderKLWan(**config.to_diffusers())
+        self.autoencoder = (
+            autoencoder if autoencoder is not None else AutoencoderKLWan(**config.to_diffusers())
+        )
         c = config.latent_channels
         mean = torch.tensor(config.latents_mean or [0.0] * c, dtype=torch.float32)
         std = torch.tensor(config.latents_std or [1.0] * c, dtype=torch.float32)
@@ -370,7 +379,8 @@ class VideoVAE(nn.Module):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.autoencoder.register_to_config(
-            latents_mean=[float(v) for v in self.latents_mean], latents_std=[float(v) for v in self.latents_std]
+            latents_mean=[float(v) for v in self.latents_mean],
+            latents_std=[float(v) for v in self.latents_std],
         )
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         try:
@@ -397,7 +407,11 @@ class VideoVAE(nn.Module):
         if not (path / "config.json").is_file() and (path / "vae" / "config.json").is_file():
             path = path / "vae"
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no VAE config.json in {path}; expected a Diffusers AutoencoderKLWan folder")
-        config = VideoVAEConfig.from_diffusers(json.loads((path / "config.json").read_text()), source=str(path))
+            raise FileNotFoundError(
+                f"no VAE config.json in {path}; expected a Diffusers AutoencoderKLWan folder"
+            )
+        config = VideoVAEConfig.from_diffusers(
+            json.loads((path / "config.json").read_text()), source=str(path)
+        )
         autoencoder = AutoencoderKLWan.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
         return cls(config, autoencoder=autoencoder)

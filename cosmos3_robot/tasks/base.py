@@ -98,6 +98,13 @@ class TaskHead:
         if batch.has("video") and not 0 <= batch.obs_frames <= batch.video.shape[2]:
             raise ValueError(f"obs_frames={batch.obs_frames} is outside [0, {batch.video.shape[2]}] latent frames")
 
+    def _future(self, batch: ClipBatch) -> dict[str, Tensor]:
+        """Frames after the observed ones, and the audio from their time on, are generated."""
+        m = {"video": self._future_video(batch)}
+        if batch.has("audio"):
+            m["audio"] = self._future_audio(batch)
+        return m
+
     def _future_video(self, batch: ClipBatch) -> Tensor:
         b, t = batch.video.shape[0], batch.video.shape[2]
         return (torch.arange(t, device=batch.video.device) >= batch.obs_frames)[None].expand(b, t)

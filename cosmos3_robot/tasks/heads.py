@@ -16,10 +16,7 @@ class ForwardDynamics(TaskHead):
     generates = ("video", "audio")
 
     def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
-        m = {"video": self._future_video(batch)}
-        if batch.has("audio"):
-            m["audio"] = self._future_audio(batch)
-        return m
+        return self._future(batch)
 
 
 class InverseDynamics(TaskHead):
@@ -41,10 +38,7 @@ class Policy(TaskHead):
     generates = ("video", "action", "audio")
 
     def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
-        m = {"video": self._future_video(batch), "action": torch.ones_like(batch.action_time, dtype=torch.bool)}
-        if batch.has("audio"):
-            m["audio"] = self._future_audio(batch)
-        return m
+        return {**self._future(batch), "action": torch.ones_like(batch.action_time, dtype=torch.bool)}
 
 
 class VideoPrediction(TaskHead):
@@ -56,7 +50,4 @@ class VideoPrediction(TaskHead):
     generates = ("video", "audio")
 
     def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
-        m = {"video": self._future_video(batch)}
-        if batch.has("audio"):
-            m["audio"] = self._future_audio(batch)
-        return m
+        return self._future(batch)

@@ -98,13 +98,19 @@ def sample(
         return c
 
     cache = caches() if reuse_cache else None
+    rope = None  # positions are fixed for the request: validate and rotate once
     while not sampler.done:
         sigma = sampler.sigma
         sig = {n: torch.where(s.noisy, torch.full_like(s.sigma, sigma), torch.zeros_like(s.sigma)) for n, s in gen.items()}
         step_in = gen.replace_latents(x, sig)
         if use_cfg:
             step_in = GenInput.cat([step_in, step_in])
-        v = model.denoise(cache if reuse_cache else caches(), step_in)
+        if reuse_cache:
+            if rope is None:
+                rope = model.generator_rope(cache, step_in)
+            v = model.denoise(cache, step_in, validate=False, rope=rope)
+        else:
+            v = model.denoise(caches(), step_in)
         if use_cfg:
             v = guided({n: t[:b] for n, t in v.items()}, {n: t[b:] for n, t in v.items()}, guidance)
         x_new = sampler.step(v, x)

@@ -170,7 +170,11 @@ class LatentCache:
             ltimes = torch.stack([latent_frame_times(times[s : s + clip_frames].double()) for s in starts])
             path = root / f"episode_{ep:06d}.safetensors"
             tmp = path.with_suffix(".tmp")
-            tensors = {"latents": latents.contiguous(), "starts": torch.tensor(starts), "latent_times": ltimes}
+            tensors = {
+                "latents": latents.contiguous(),
+                "starts": torch.tensor(starts),
+                "latent_times": ltimes,
+            }
             save_file(tensors, str(tmp))
             os.replace(tmp, path)
             done.append(int(ep))
@@ -231,7 +235,9 @@ class CachedEncoder:
                 continue
             self.misses += 1
             clip = frames[i]
-            out.append(_encode_clip(self.vae, clip) if clip.dtype == torch.uint8 else self._encode_float(clip))
+            out.append(
+                _encode_clip(self.vae, clip) if clip.dtype == torch.uint8 else self._encode_float(clip)
+            )
         return torch.stack(out)
 
     def _encode_float(self, clip: Tensor) -> Tensor:

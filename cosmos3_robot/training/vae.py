@@ -51,8 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-dim", type=int, default=None, help="override the preset's encoder width")
     p.add_argument("--size", type=int, default=None, help="resize frames to SIZE x SIZE (multiple of 32)")
     p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--batch-frames", type=int, default=8, help="frames per step (clips: batch_frames // 5 clips)")
-    p.add_argument("--video-fraction", type=float, default=0.3, help="share of steps that train on 5-frame clips")
+    p.add_argument(
+        "--batch-frames", type=int, default=8, help="frames per step (clips: batch_frames // 5 clips)"
+    )
+    p.add_argument(
+        "--video-fraction", type=float, default=0.3, help="share of steps that train on 5-frame clips"
+    )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--loss", choices=("l1", "mse"), default="l1")
@@ -97,16 +101,28 @@ class FrameBank:
 
     def fixed_clips(self, count: int, clip_frames: int = CLIP_FRAMES) -> Tensor:
         """`count` evenly spread clips (deterministic), for evaluation and latent statistics."""
-        starts = [(e, s) for e, ep in enumerate(self.episodes) for s in range(0, ep.shape[0] - clip_frames + 1, clip_frames)]
-        pick = [starts[round(i * (len(starts) - 1) / max(count - 1, 1))] for i in range(min(count, len(starts)))]
+        starts = [
+            (e, s)
+            for e, ep in enumerate(self.episodes)
+            for s in range(0, ep.shape[0] - clip_frames + 1, clip_frames)
+        ]
+        pick = [
+            starts[round(i * (len(starts) - 1) / max(count - 1, 1))] for i in range(min(count, len(starts)))
+        ]
         return torch.stack([self.episodes[e][s : s + clip_frames] for e, s in pick]).float() / 255
 
 
 def load_frames(args: argparse.Namespace) -> tuple[FrameBank, FrameBank, dict]:
     dataset = open_lerobot(args.repo_id, args.root)
-    n = dataset.meta.total_episodes if args.max_episodes is None else min(args.max_episodes, dataset.meta.total_episodes)
+    n = (
+        dataset.meta.total_episodes
+        if args.max_episodes is None
+        else min(args.max_episodes, dataset.meta.total_episodes)
+    )
     if n <= args.holdout_episodes:
-        raise ValueError(f"dataset has {n} episodes; need more than --holdout-episodes={args.holdout_episodes}")
+        raise ValueError(
+            f"dataset has {n} episodes; need more than --holdout-episodes={args.holdout_episodes}"
+        )
     frames = [f for _, f, _ in iter_lerobot_episodes(dataset, args.video_key, range(n), args.size)]
     check_spatial_size(*frames[0].shape[-2:])
     cut = n - args.holdout_episodes
@@ -174,7 +190,9 @@ def latent_stats(vae: VideoVAE, clips: Tensor, batch: int = 4) -> tuple[Tensor, 
 # Checkpoints: one safetensors file, written atomically
 
 
-def save_checkpoint(path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator, meta: dict) -> None:
+def save_checkpoint(
+    path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator, meta: dict
+) -> None:
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in vae.autoencoder.state_dict().items()}
     for i, state in opt.state_dict()["state"].items():
         for k, v in state.items():
@@ -271,7 +289,7 @@ def main(argv: list[str]) -> int:
         vae.autoencoder.train()
 
     t0 = time.time()
-    bar = tqdm(total=args.steps, initial=step, desc="train-vae", unit="step")
+    bar = tqdm(total=args.steps, initial=step, desc="train-vae", unit="step", mininterval=2.0)
     while step < args.steps:
         t_step = time.time()
         video = torch.rand((), generator=gen).item() < args.video_fraction

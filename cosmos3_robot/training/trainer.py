@@ -1,0 +1,604 @@
+"""The trainer for stage 1 (Reasoner + ViT, next-token prediction) and stage 2 (Generator, flow
+matching over mixed action modes). DESIGN.md §"Training stages".
+
+    stage "reasoner"                          stage "generator"
+    TextBatch ─► [ViT] ─► Reasoner ─► CE      ClipBatch ─► Reasoner (frozen, no_grad) ─► cache
+      trains: Reasoner (+ ViT)                              │  modes drawn per sample / batch
+      Generator untouched                                   ▼
+                                              task heads (fd / id / policy / video) ─► flow loss
+                                                trains: Generator only; EMA of its weights
+
+One optimiser step consumes one *global* batch from the data source. Each rank keeps its rows
+(`distributed.rank_rows`) and processes them in micro-batches ("chunks") with gradient
+accumulation. The objective is defined on the global batch so that it does not depend on how it
+is split:
+
+    reasoner:   Σ_chunks  CE_sum(chunk) / (label tokens in the global batch)
+    generator:  Σ_chunks Σ_modes  (samples of the mode in the chunk / global batch) · loss(chunk, mode)
+
+and every random draw is a function of (seed, step[, global chunk index]): the modes and prompt
+dropout from the trainer's torch.Generator over the global batch (identical on every rank), the
+noise from a generator seeded per global chunk. Hence a run on N ranks follows the same curve as
+one process with micro_batch_size = B / N, and a resumed run the same curve as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cosmos3_robot.flow import SigmaSampler
+from cosmos3_robot.model import MoT, ReasonerCache, preset
+from cosmos3_robot.model.checkpoint import atomic_folder, load_model
+from cosmos3_robot.model.vit import ViT, vit_preset
+from cosmos3_robot.tasks import ClipBatch, make_task
+
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .distributed import DistInfo, all_reduce_sum, barrier, rank_rows, shard_rows, unwrap, wrap
+from .ema import EMA
+from .schedule import lr_at, set_lr
+
+NULL_TOKEN = 0  # the null prompt of classifier-free guidance: one token, id 0
+IGNORE = -100
+
+
+class DataSource(Protocol):
+    """What the trainer reads (implemented by cosmos3_robot.training.data)."""
+
+    def train_batches(self, epoch: int) -> Iterator[Any]: ...
+    def val_batches(self) -> list[Any]: ...
+    def state(self) -> dict: ...
+
+
+def is_text(batch: Any) -> bool:
+    """A TextBatch (duck-typed: the data module is imported by nobody here)."""
+    return hasattr(batch, "labels") and hasattr(batch, "input_ids") and not isinstance(batch, ClipBatch)
+
+
+def batch_size(batch: Any) -> int:
+    return int(batch.input_ids.shape[0])
+
+
+def select_cache(cache: ReasonerCache, idx: Tensor) -> ReasonerCache:
+    """The cache of the samples at `idx` (along B)."""
+    return ReasonerCache(
+        kv=[(k[idx], v[idx]) for k, v in cache.kv],
+        valid=None if cache.valid is None else cache.valid[idx],
+        next_position=cache.next_position[idx],
+    )
+
+
+def count_tokens(batch: Any, patch: int) -> int:
+    """Tokens the model processes for a batch: prompt tokens (+ Generator tokens for clips)."""
+    n = int(batch.lengths.sum())
+    if isinstance(batch, ClipBatch):
+        b = batch.batch
+        if batch.video is not None:
+            _, _, t, h, w = batch.video.shape
+            n += b * t * (h // patch) * (w // patch)
+        if batch.action is not None:
+            n += b * batch.action.shape[1]
+        if batch.audio is not None:
+            n += b * batch.audio.shape[1]
+    return n
+
+
+# ------------------------------------------------------------------------------------------------
+# The loss of one micro-batch: the module that DDP / FSDP wrap
+# ------------------------------------------------------------------------------------------------
+
+
+class StageLoss(nn.Module):
+    """forward(chunk, plan) -> (objective, stats). stats {mode: (Σ n·loss, n)} are detached sums,
+    so per-mode means can be all-reduced across chunks and ranks."""
+
+    def __init__(self, model: MoT, vit: ViT | None, cfg: TrainConfig):
+        super().__init__()
+        self.model, self.vit, self.stage = model, vit, cfg.stage
+        g = cfg.generator
+        self.sigma = SigmaSampler(g.sigma.kind, g.sigma.mean, g.sigma.std, g.sigma.shift)
+        self.heads = {m: make_task(m, per_frame_sigma=g.per_frame_sigma) for m in g.modes}
+        self.heads.setdefault("video", make_task("video", per_frame_sigma=g.per_frame_sigma))
+        self.weights = dict(g.loss_weights) or None
+
+    def forward(self, batch: Any, plan: dict[str, Any]) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
+        if self.stage == "reasoner":
+            return self._text(batch, plan)
+        return self._clips(batch, plan)
+
+    def _text(self, batch: Any, plan: dict[str, Any]):
+        kwargs = dict(batch.reason_kwargs or {})
+        pixel_keys = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+        if any(k in kwargs for k in pixel_keys):  # images in the prompt: the ViT trains with the Reasoner
+            from cosmos3_robot.model.multimodal import VisionTokenIds, build_reasoner_inputs
+
+            token_ids = kwargs.pop("token_ids", VisionTokenIds())
+            pix = {k: kwargs.pop(k) for k in pixel_keys if k in kwargs}
+            kwargs.update(build_reasoner_inputs(self.model, self.vit, batch.input_ids, token_ids, lengths=batch.lengths, **pix).reason_kwargs())
+        kwargs.setdefault("lengths", batch.lengths)
+        if "inputs_embeds" not in kwargs:
+            kwargs["input_ids"] = batch.input_ids
+        logits = self.model.reason(**kwargs, logits=True).logits  # (B, L, V)
+        labels = batch.labels
+        ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+        n = (labels != IGNORE).sum()
+        return ce / plan["norm"], {"text": (ce.detach(), n.to(ce.dtype))}
+
+    def _clips(self, batch: ClipBatch, plan: dict[str, Any]):
+        model = self.model
+        with torch.no_grad():  # the Reasoner is frozen in this stage: never back-propagated through
+            cache = model.reason(batch.input_ids, lengths=batch.lengths, logits=False).cache
+        modes: list[str] = plan["modes"]
+        gen = torch.Generator(device=batch.input_ids.device).manual_seed(plan["noise_seed"])
+        objective, stats = None, {}
+        for mode in sorted(set(modes)):
+            idx = torch.tensor([i for i, m in enumerate(modes) if m == mode], device=batch.input_ids.device)
+            sub = batch if len(idx) == batch.batch else batch.select(idx)
+            sub_cache = cache if len(idx) == batch.batch else select_cache(cache, idx)
+            loss, _ = self.heads[mode].loss(model, sub, sub_cache, self.sigma, gen, self.weights)
+            term = loss * (len(idx) / plan["norm"])
+            objective = term if objective is None else objective + term
+            n = torch.tensor(float(len(idx)))
+            stats[mode] = (loss.detach().float() * n, n)
+        return objective, stats
+
+
+# ------------------------------------------------------------------------------------------------
+# The trainer
+# ------------------------------------------------------------------------------------------------
+
+
+def build_model(cfg: TrainConfig) -> tuple[MoT, ViT | None]:
+    """From `model.init` (a save_model folder) or a fresh preset (seeded by cfg.seed)."""
+    torch.manual_seed(cfg.seed)
+    if cfg.model.init:
+        model, vit, _ = load_model(cfg.model.init, dtype=torch.float32)
+        model.train()
+    else:
+        model = MoT(preset(cfg.model.preset))
+        vit = None
+    if cfg.model.vit and vit is None:
+        vit = ViT(vit_preset(cfg.model.vit, model.config.reasoner.hidden_size))
+    if cfg.stage == "generator" and cfg.generator.prompt_dropout > 0:
+        # The model has seen the null prompt, so classifier-free guidance is meaningful at sampling.
+        model.config = dataclasses.replace(model.config, null_condition=True)
+    return model, vit
+
+
+class Trainer:
+    """Construct with a TrainConfig and a DataSource, then `fit()`.
+
+    >>> trainer = Trainer(cfg, data)           # builds the model from cfg.model unless given
+    >>> summary = trainer.fit()                # resumes from <out>/checkpoints when present
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        data: DataSource,
+        model: MoT | None = None,
+        vit: ViT | None = None,
+        dist_info: DistInfo | None = None,
+    ):
+        if cfg.stage == "vae":
+            raise ValueError("stage 'vae' is trained by `cosmos3-robot train-vae` (cosmos3_robot.training.vae)")
+        self.cfg, self.data = cfg, data
+        self.dist = dist_info or DistInfo()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        if model is None:
+            model, vit = build_model(cfg)
+        self.model, self.vit = model.to(self.dist.device), vit.to(self.dist.device) if vit is not None else None
+        self.out = Path(cfg.out)
+        self.ckpt_root = self.out / "checkpoints"
+        self._setup_stage()
+        self.loss_module = wrap(StageLoss(self.model, self.vit, cfg), cfg.distributed.strategy, self.dist)
+        self.generator = torch.Generator().manual_seed(cfg.seed)  # modes, prompt dropout
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.history: list[dict[str, Any]] = []
+        self._data_iter: Iterator[Any] | None = None
+
+    # -- what trains ------------------------------------------------------------------------------
+    def _setup_stage(self) -> None:
+        model, vit, stage = self.model, self.vit, self.cfg.stage
+        if stage == "generator" and model.config.generator is None:
+            raise ValueError("stage 'generator' needs a model with a Generator tower (this one is Reasoner-only)")
+        train_ids = {id(p) for p in (model.reasoner_parameters() if stage == "reasoner" else model.generator_parameters())}
+        named = [(n, p) for n, p in model.named_parameters() if id(p) in train_ids]
+        if vit is not None:
+            vit.requires_grad_(stage == "reasoner")
+            if stage == "reasoner":
+                named += [(f"vit.{n}", p) for n, p in vit.named_parameters()]
+        model.requires_grad_(False)
+        for _, p in named:
+            p.requires_grad_(True)
+        self.named_params = named
+        self.param_names = [n for n, _ in named]
+        decay = [p for _, p in named if p.ndim >= 2]
+        no_decay = [p for _, p in named if p.ndim < 2]
+        o = self.cfg.optim
+        # The optimiser's order (decay group, then the rest) defines the names of its state.
+        self.param_names = [n for n, p in named if p.ndim >= 2] + [n for n, p in named if p.ndim < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+        )  # fmt: skip
+        self.ema = None
+        if stage == "generator" and self.cfg.ema_decay > 0:
+            self.ema = EMA([(n, p) for n, p in named], self.cfg.ema_decay)
+
+    # -- data -------------------------------------------------------------------------------------
+    def _check_batch(self, batch: Any) -> None:
+        stage = self.cfg.stage
+        if stage == "generator" and not isinstance(batch, ClipBatch):
+            raise ValueError(
+                f"stage 'generator' trains on ClipBatch (video/action latents), but the data source yields "
+                f"{type(batch).__name__}; point data at a clip dataset or use stage=reasoner"
+            )
+        if stage == "generator" and batch.video is None:
+            raise ValueError("stage 'generator' needs video latents in every ClipBatch; this data has none")
+        if stage == "reasoner" and not is_text(batch):
+            raise ValueError(
+                f"stage 'reasoner' trains on TextBatch (tokens with next-token labels), but the data source "
+                f"yields {type(batch).__name__}; point data at a text/caption dataset or use stage=generator"
+            )
+
+    def _train_batches(self) -> Iterator[Any]:
+        """Global batches forever, epoch after epoch, skipping those a resumed run already consumed."""
+        while True:
+            seen = 0
+            for i, batch in enumerate(self.data.train_batches(self.epoch)):
+                seen += 1
+                if i < self.batch_in_epoch:
+                    continue
+                self.batch_in_epoch = i + 1
+                yield batch
+            if seen == 0:
+                raise ValueError(f"the data source yielded no training batch in epoch {self.epoch}")
+            self.epoch += 1
+            self.batch_in_epoch = 0
+
+    # -- randomness: a function of (seed, step, global chunk) ------------------------------------
+    def _noise_seed(self, step: int, chunk: int, salt: int = 0) -> int:
+        return (self.cfg.seed * 1_000_003 + step * 10_007 + chunk * 101 + salt) % (2**63 - 1)
+
+    def _plan_global(self, batch: Any) -> tuple[Any, list[str] | None]:
+        """Draw modes and prompt dropout for the whole global batch (identical on every rank)."""
+        if self.cfg.stage != "generator":
+            return batch, None
+        g = self.cfg.generator
+        b = batch_size(batch)
+        names = sorted(g.modes)
+        probs = torch.tensor([g.modes[n] for n in names], dtype=torch.float64)
+        if batch.action is None:  # action-free clips only train the video mode
+            modes = ["video"] * b
+        elif g.mode_mix == "per_batch":
+            modes = [names[int(torch.multinomial(probs, 1, generator=self.generator))]] * b
+        else:
+            modes = [names[int(i)] for i in torch.multinomial(probs, b, replacement=True, generator=self.generator)]
+        if g.prompt_dropout > 0:
+            drop = torch.rand(b, generator=self.generator) < g.prompt_dropout
+            if bool(drop.any()):
+                ids = batch.input_ids.clone()
+                ids[drop] = NULL_TOKEN
+                lengths = torch.where(drop, torch.ones_like(batch.lengths), batch.lengths)
+                batch = dataclasses.replace(batch, input_ids=ids, lengths=lengths)
+        return batch, modes
+
+    def _chunks(self, batch: Any) -> Iterator[tuple[int, int, int]]:
+        """(start, stop, global chunk index) of this rank's micro-batches."""
+        start, stop = rank_rows(batch_size(batch), self.dist)
+        mb = self.cfg.micro_batch_size or (stop - start)
+        if (stop - start) % mb:
+            raise ValueError(f"micro_batch_size={mb} must divide the per-rank batch {stop - start}")
+        for s in range(start, stop, mb):
+            yield s, s + mb, s // mb
+
+    def _autocast(self):
+        if self.cfg.precision == "bf16":
+            return torch.autocast(self.dist.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    # -- one optimiser step -----------------------------------------------------------------------
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        self._check_batch(batch)
+        t0 = time.perf_counter()
+        cfg, step = self.cfg, self.step
+        lr = lr_at(step, cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
+        set_lr(self.optimizer, lr)
+        batch, modes = self._plan_global(batch)
+        b = batch_size(batch)
+        norm = float((batch.labels != IGNORE).sum()) if is_text(batch) else float(b)
+        if norm == 0:
+            raise ValueError("a text batch has no label token (all labels are -100)")
+        self.loss_module.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        chunks = list(self._chunks(batch))
+        sums: dict[str, list[Tensor]] = {}
+        for k, (s, e, c) in enumerate(chunks):
+            chunk = shard_rows(batch, b, s, e)
+            if isinstance(chunk, ClipBatch):
+                chunk = chunk.to(self.dist.device)
+            plan = {"norm": norm, "modes": modes[s:e] if modes else None, "noise_seed": self._noise_seed(step, c)}
+            sync = k == len(chunks) - 1
+            ctx = self.loss_module.no_sync() if (not sync and hasattr(self.loss_module, "no_sync")) else nullcontext()
+            with ctx:
+                with self._autocast():
+                    objective, stats = self.loss_module(chunk, plan)
+                # DDP / FSDP average gradients over ranks; the objective is a sum over the global batch.
+                (objective * self.dist.world_size).backward()
+            for mode, (total, n) in stats.items():
+                acc = sums.setdefault(mode, [torch.zeros(()), torch.zeros(())])
+                acc[0] += total.cpu()
+                acc[1] += n.cpu()
+        params = [p for _, p in self.named_params]
+        if cfg.optim.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update()
+        self.step += 1
+        # Per-mode means over the global batch (all ranks).
+        names = sorted(set(cfg.generator.modes) | {"video", "text"})
+        vec = torch.zeros(2 * len(names), dtype=torch.float64)
+        for i, n in enumerate(names):
+            if n in sums:
+                vec[2 * i], vec[2 * i + 1] = float(sums[n][0]), float(sums[n][1])
+        vec = all_reduce_sum(vec, self.dist)
+        losses = {n: float(vec[2 * i] / vec[2 * i + 1]) for i, n in enumerate(names) if vec[2 * i + 1] > 0}
+        if is_text(batch):
+            loss = losses["text"]
+        else:
+            loss = sum(losses[n] * float(vec[2 * i + 1]) for i, n in enumerate(names) if n in losses) / b
+        dt = time.perf_counter() - t0
+        tokens = count_tokens(batch, self.model.config.patch_size)
+        return {
+            "step": self.step, "loss": loss, "losses": losses, "lr": lr, "grad_norm": grad_norm,
+            "seconds": dt, "clips_per_s": b / dt, "tokens_per_s": tokens / dt,
+        }  # fmt: skip
+
+    # -- validation -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss per mode on the validation batches, with fixed seeds (EMA weights in stage 2)."""
+        batches = self.data.val_batches()
+        if self.cfg.val_batches is not None:
+            batches = batches[: self.cfg.val_batches]
+        if not batches:
+            return {}
+        self.loss_module.eval()
+        sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        ctx = self.ema.applied() if self.ema is not None else nullcontext()
+        with ctx:
+            for i, batch in enumerate(batches):
+                self._check_batch(batch)
+                b = batch_size(batch)
+                if is_text(batch):
+                    plans = [("text", {"norm": 1.0, "modes": None, "noise_seed": 0})]
+                else:
+                    batch = batch.to(self.dist.device)
+                    modes = ["video"] if batch.action is None else sorted(m for m, w in self.cfg.generator.modes.items() if w > 0)
+                    plans = [(m, {"norm": float(b), "modes": [m] * b, "noise_seed": 1_000_000 + 97 * i + k}) for k, m in enumerate(modes)]
+                for _, plan in plans:
+                    with self._autocast():
+                        _, stats = self.loss_module(batch, plan)
+                    for mode, (total, n) in stats.items():
+                        sums[mode][0] += float(total)
+                        sums[mode][1] += float(n)
+        self.loss_module.train()
+        return {m: s / n for m, (s, n) in sorted(sums.items()) if n > 0}
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def snapshot(self) -> ckpt.Snapshot:
+        """Gather everything a resume needs (collective under FSDP: every rank calls it)."""
+        optim_tensors, optim_meta = ckpt.optimizer_state(self.optimizer, self.param_names)
+        rng_tensors, rng_meta = ckpt.rng_state(self.generator)
+        ema_state = None
+        if self.ema is not None:
+            from .distributed import full_tensor
+
+            ema_state = {n: full_tensor(t).cpu().clone() for n, t in self.ema.state_dict().items()}
+        return ckpt.Snapshot(
+            step=self.step,
+            model_config=self.model.config.to_dict(),
+            model_state=ckpt.module_state(self.model),
+            train_config=self.cfg.to_dict(),
+            vit_config=self.vit.config.to_dict() if self.vit is not None else None,
+            vit_state=ckpt.module_state(self.vit) if self.vit is not None else None,
+            ema_state=ema_state,
+            optim_tensors=optim_tensors,
+            optim_meta=optim_meta,
+            rng_tensors=rng_tensors,
+            rng_meta=rng_meta,
+            data_state=self.data.state(),
+            trainer_state={
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "ema_updates": self.ema.updates if self.ema is not None else 0,
+            },
+        )
+
+    def save(self) -> Path | None:
+        snap = self.snapshot()
+        path = None
+        if self.dist.is_main:
+            path = ckpt.save_checkpoint(self.ckpt_root, snap, self.cfg.checkpoint.keep_last)
+        barrier(self.dist)
+        return path
+
+    def resume(self, folder: str | Path) -> None:
+        """Continue from a checkpoint folder: weights, EMA, optimiser, RNG, data position."""
+        folder = Path(folder)
+        snap = ckpt.load_checkpoint(folder)
+        ckpt.check_config(snap, self.cfg.to_dict(), folder)
+        data_state = json.loads(json.dumps(self.data.state()))
+        if snap.data_state != data_state:
+            keys = sorted(k for k in set(snap.data_state) | set(data_state) if snap.data_state.get(k) != data_state.get(k))
+            raise ckpt.CheckpointError(f"{folder}: the data source's state differs from the checkpoint's in {keys}")
+        ckpt.copy_into(self.model, snap.model_state, "model")
+        if self.vit is not None:
+            if snap.vit_state is None:
+                raise ckpt.CheckpointError(f"{folder} has no ViT weights but this run trains a ViT")
+            ckpt.copy_into(self.vit, snap.vit_state, "vit")
+        if self.ema is not None:
+            if snap.ema_state is None:
+                raise ckpt.CheckpointError(f"{folder} has no EMA weights but this run keeps an EMA")
+            self.ema.load_state_dict(snap.ema_state, snap.trainer_state.get("ema_updates", 0))
+        ckpt.load_optimizer(self.optimizer, self.param_names, snap)
+        ckpt.restore_rng(snap, self.generator)
+        self.step = snap.step
+        self.epoch = int(snap.trainer_state["epoch"])
+        self.batch_in_epoch = int(snap.trainer_state["batch_in_epoch"])
+        self._data_iter = None
+
+    def _maybe_resume(self) -> None:
+        mode = self.cfg.checkpoint.resume
+        latest = ckpt.latest_checkpoint(self.ckpt_root)
+        if mode == "auto":
+            if latest is not None:
+                self.resume(latest)
+        elif mode == "never":
+            if latest is not None:
+                raise ValueError(
+                    f"{self.ckpt_root} already holds checkpoints and checkpoint.resume=never; "
+                    "choose another `out` or checkpoint.resume=auto"
+                )
+        else:
+            self.resume(mode)
+
+    def export(self, folder: str | Path | None = None) -> Path:
+        """The trained model as a `load_model` folder (EMA weights for the Generator)."""
+        folder = Path(folder or self.out / "model")
+        snap = self.snapshot()
+        if self.dist.is_main:
+            state = dict(snap.model_state)
+            state.update(snap.ema_state or {})
+            snap = dataclasses.replace(snap, model_state=state)
+            from cosmos3_robot.model.checkpoint import _save_tensors, _write_json
+
+            with atomic_folder(folder) as tmp:
+                _save_tensors(tmp / "model.safetensors", snap.model_state)
+                if snap.vit_state is not None:
+                    _save_tensors(tmp / "vit.safetensors", snap.vit_state)
+                _write_json(tmp / "config.json", ckpt._model_config_json(snap))
+        barrier(self.dist)
+        return folder
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        """Train to cfg.steps (resuming when a checkpoint is there). Returns a summary dict."""
+        cfg, main = self.cfg, self.dist.is_main
+        self._maybe_resume()
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self._trim_metrics()
+        bar = None
+        if main and cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.stage}", dynamic_ncols=True)
+        window: dict[str, list[float]] = defaultdict(list)
+        it = self._train_batches()
+        last_saved = self.step if ckpt.latest_checkpoint(self.ckpt_root) else -1
+        t_start = time.perf_counter()
+        while self.step < cfg.steps:
+            rec = self.train_step(next(it))
+            self.history.append(rec)
+            for m, v in rec["losses"].items():
+                window[m].append(v)
+            window["loss"].append(rec["loss"])
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix({m: f"{sum(v) / len(v):.4f}" for m, v in window.items()}, refresh=False)
+            if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                self._log({"split": "train", **{k: v for k, v in rec.items() if k != "losses"},
+                           **{f"loss/{m}": sum(v) / len(v) for m, v in window.items() if m != "loss"},
+                           "loss": sum(window["loss"]) / len(window["loss"])})  # fmt: skip
+                window.clear()
+            if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
+                val = self.validate()
+                if val:
+                    self._log({"split": "val", "step": self.step, **{f"loss/{m}": v for m, v in val.items()}})
+            if self.step % cfg.checkpoint.every == 0 or self.step == cfg.steps:
+                self.save()
+                last_saved = self.step
+        if bar is not None:
+            bar.close()
+        if last_saved != self.step:
+            self.save()
+        model_dir = self.export()
+        plots = plot_losses(self.out / "metrics.jsonl", self.out / "plots") if main else []
+        return {
+            "step": self.step,
+            "seconds": time.perf_counter() - t_start,
+            "final_loss": self.history[-1]["loss"] if self.history else None,
+            "model": str(model_dir),
+            "plots": [str(p) for p in plots],
+            "metrics": str(self.out / "metrics.jsonl"),
+        }
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if not self.dist.is_main:
+            return
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _trim_metrics(self) -> None:
+        """After a resume, drop records a crashed run wrote past the checkpoint's step."""
+        path = self.out / "metrics.jsonl"
+        if not path.exists():
+            return
+        keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= self.step]
+        path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def plot_losses(metrics: Path, out_dir: Path) -> list[Path]:
+    """One loss-curve PNG per mode (train interval means + validation points)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not Path(metrics).exists():
+        return []
+    records = [json.loads(ln) for ln in Path(metrics).read_text().splitlines() if ln.strip()]
+    series: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        for k, v in r.items():
+            if k.startswith("loss/") and v is not None and math.isfinite(v):
+                series[k.removeprefix("loss/")][r["split"]].append((r["step"], v))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for mode, splits in sorted(series.items()):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for split, pts in splits.items():
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o" if split == "val" else None, label=split)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.set_yscale("log")
+        ax.set_title(f"{mode} loss")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / f"loss_{mode}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
