@@ -16,7 +16,6 @@ Figures (JSON + a printed table):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -112,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
 
-    res: dict = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "steps": args.steps}
+    res: dict = {
+        "preset": args.preset,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "steps": args.steps,
+    }
     res["matmul_peak_gflops"] = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
 
     cfg = preset(args.preset)
@@ -127,8 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     res["ar_tokens"], res["dm_tokens"] = args.ar_len, ld
 
     def run(reuse: bool):
-        sample(model, gen, EulerSampler(), prompt, num_steps=args.steps, reuse_cache=reuse,
-               generator=torch.Generator().manual_seed(1))
+        sample(
+            model,
+            gen,
+            EulerSampler(),
+            prompt,
+            num_steps=args.steps,
+            reuse_cache=reuse,
+            generator=torch.Generator().manual_seed(1),
+        )
 
     with torch.inference_mode():
         res["denoise_ms_cached"] = timed(lambda: run(True), args.reps)
@@ -143,10 +154,17 @@ def main(argv: list[str] | None = None) -> int:
 
     a = cfg.attention
     hf_cfg = Qwen3Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.reasoner.hidden_size, intermediate_size=cfg.reasoner.intermediate_size,
-        num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
-        head_dim=a.head_dim, rope_theta=a.rope_theta, rms_norm_eps=cfg.reasoner.rms_norm_eps,
-        tie_word_embeddings=False, max_position_embeddings=4096,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.reasoner.hidden_size,
+        intermediate_size=cfg.reasoner.intermediate_size,
+        num_hidden_layers=a.num_layers,
+        num_attention_heads=a.num_heads,
+        num_key_value_heads=a.num_kv_heads,
+        head_dim=a.head_dim,
+        rope_theta=a.rope_theta,
+        rms_norm_eps=cfg.reasoner.rms_norm_eps,
+        tie_word_embeddings=False,
+        max_position_embeddings=4096,
     )
     hf_cfg._attn_implementation = "sdpa"
     hf = Qwen3ForCausalLM(hf_cfg).eval()
@@ -176,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                 sn = torch.where(st.noisy, s[n][:, None], torch.zeros(()))
                 x[n] = torch.where(st.noisy[..., None], add_noise(st.latents, eps, sn), st.latents)
                 tgt[n] = velocity_target(st.latents, eps)
-            pred = train_model.denoise(cache, tgen.replace_latents(x, {n: torch.where(st.noisy, s[n][:, None], torch.zeros(())) for n, st in tgen.items()}))
+            pred = train_model.denoise(
+                cache,
+                tgen.replace_latents(
+                    x, {n: torch.where(st.noisy, s[n][:, None], torch.zeros(())) for n, st in tgen.items()}
+                ),
+            )
             loss, _ = flow_loss(pred, tgt, {n: st.noisy for n, st in tgen.items()})
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -204,8 +227,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"speed benchmark — preset {args.preset}, {args.threads} threads, torch {torch.__version__}")
     rows = [
-        ("matmul peak fp32 / bf16 (GFLOP/s)", f"{res['matmul_peak_gflops']['fp32']:.1f} / {res['matmul_peak_gflops']['bf16']:.1f}"),
-        (f"request, {args.steps} steps, AR {args.ar_len} / DM {ld} tokens: cached (ms)", f"{res['denoise_ms_cached']:.1f}"),
+        (
+            "matmul peak fp32 / bf16 (GFLOP/s)",
+            f"{res['matmul_peak_gflops']['fp32']:.1f} / {res['matmul_peak_gflops']['bf16']:.1f}",
+        ),
+        (
+            f"request, {args.steps} steps, AR {args.ar_len} / DM {ld} tokens: cached (ms)",
+            f"{res['denoise_ms_cached']:.1f}",
+        ),
         ("  uncached, recompute every step (ms)", f"{res['denoise_ms_uncached']:.1f}"),
         ("  kv_reuse_speedup (measured)", f"{res['kv_reuse_speedup']:.2f}x"),
         ("  kv_reuse_flop_ratio (theory)", f"{res['kv_reuse_flop_ratio']:.2f}x"),
@@ -215,7 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name in ("fp32", "bf16"):
         t = train[name]
-        rows.append((f"train step {name}, batch {bt} (ms / GFLOP/s / MFU)", f"{t['ms']:.1f} / {t['gflops']:.1f} / {100 * t['mfu']:.1f}%"))
+        rows.append(
+            (
+                f"train step {name}, batch {bt} (ms / GFLOP/s / MFU)",
+                f"{t['ms']:.1f} / {t['gflops']:.1f} / {100 * t['mfu']:.1f}%",
+            )
+        )
     w = max(len(r[0]) for r in rows)
     for k, v in rows:
         print(f"  {k:<{w}}  {v}")

@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("cosmos3_robot"):
-            print(f"cosmos3-robot: command {name!r} is not available in this build ({e.name} missing)", file=sys.stderr)
+            print(
+                f"cosmos3-robot: command {name!r} is not available in this build ({e.name} missing)",
+                file=sys.stderr,
+            )
             return 2
         raise
     result = getattr(module, func_name)(rest)

@@ -11,7 +11,9 @@ import torch
 
 
 def info_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="cosmos3-robot info", description="Print model presets and their sizes.")
+    parser = argparse.ArgumentParser(
+        prog="cosmos3-robot info", description="Print model presets and their sizes."
+    )
     parser.parse_args(argv)
     from cosmos3_robot.model import MoT, count_parameters
     from cosmos3_robot.model.config import PRESETS, preset
@@ -22,7 +24,9 @@ def info_main(argv: list[str]) -> int:
         with torch.device("meta"):
             n = count_parameters(MoT(cfg))
         a = cfg.attention
-        print(f"{name:<10} {a.num_layers:>6} {cfg.reasoner.hidden_size:>7} {a.num_heads:>4}/{a.num_kv_heads:<4} {n / 1e6:>10.1f} M")
+        print(
+            f"{name:<10} {a.num_layers:>6} {cfg.reasoner.hidden_size:>7} {a.num_heads:>4}/{a.num_kv_heads:<4} {n / 1e6:>10.1f} M"
+        )
     return 0
 
 

@@ -52,7 +52,11 @@ def _tower_finish(tw, x, o, eps):
     x = x + o @ tw.self_attn.o_proj.weight.T
     h = rms(x, tw.post_attention_layernorm.weight, eps)
     m = tw.mlp
-    return x + (torch.nn.functional.silu(h @ m.gate_proj.weight.T) * (h @ m.up_proj.weight.T)) @ m.down_proj.weight.T
+    return (
+        x
+        + (torch.nn.functional.silu(h @ m.gate_proj.weight.T) * (h @ m.up_proj.weight.T))
+        @ m.down_proj.weight.T
+    )
 
 
 def dense_forward(model, x_ar: Tensor, pos_ar: Tensor, x_dm: Tensor, pos_dm: Tensor) -> tuple[Tensor, Tensor]:

@@ -16,7 +16,6 @@ from cosmos3_robot.model.vit import ViT, vit_preset
 from tests.test_model_core import make_gen, tiny_model
 
 
-
 def tiny_vit() -> ViT:
     torch.manual_seed(1)
     return ViT(vit_preset("tiny", out_hidden_size=preset("tiny").reasoner.hidden_size)).eval()

@@ -38,7 +38,9 @@ def test_target_is_exact_velocity_of_the_path():
 
 def test_sigma_is_independent_across_modalities():
     names = ["video", "audio", "action"]
-    sig = SigmaSampler(kind="logit_normal", shift=3.0).per_modality(8192, names, torch.Generator().manual_seed(0))
+    sig = SigmaSampler(kind="logit_normal", shift=3.0).per_modality(
+        8192, names, torch.Generator().manual_seed(0)
+    )
     for i, a in enumerate(names):
         assert sig[a].shape == (8192,) and 0 < sig[a].min() and sig[a].max() <= 1
         for b in names[i + 1 :]:
@@ -156,11 +158,15 @@ def test_cached_generation_equals_recomputed_generation(sampler_cls):
     b = 3
     gen = make_gen(b, frames=[2, 2, 1], actions=[5, 4, 5], audio=[3, 3, 2])
     # audio generated too (make_gen marks audio clean; generate it here)
-    gen = dataclasses.replace(gen, audio=dataclasses.replace(gen.audio, noisy=torch.ones_like(gen.audio.noisy)))
+    gen = dataclasses.replace(
+        gen, audio=dataclasses.replace(gen.audio, noisy=torch.ones_like(gen.audio.noisy))
+    )
     cond, null = _prompts(b, m.config.vocab_size)
     kw = dict(num_steps=4, shift=2.0, guidance=3.0, null_prompt=null)
     cached = sample(m, gen, sampler_cls(), cond, generator=torch.Generator().manual_seed(5), **kw)
-    recomputed = sample(m, gen, sampler_cls(), cond, generator=torch.Generator().manual_seed(5), reuse_cache=False, **kw)
+    recomputed = sample(
+        m, gen, sampler_cls(), cond, generator=torch.Generator().manual_seed(5), reuse_cache=False, **kw
+    )
     for n in cached:
         torch.testing.assert_close(cached[n], recomputed[n], atol=1e-5, rtol=1e-5)
     # Clean tokens untouched, generated ones moved.

@@ -159,7 +159,9 @@ def test_rope_same_time_rotation_across_rates_and_modalities():
     act50 = time_positions(torch.tensor([[25 / 50]]), off, rate)  # sample 25 of a 50 Hz stream
     tp = _time_pairs(cfg)
     tp = torch.cat([tp, tp])
-    cs = [rope_cos_sin(p, a.head_dim, a.rope_theta, a.rope_sections) for p in (video24, video10, act20, act50)]
+    cs = [
+        rope_cos_sin(p, a.head_dim, a.rope_theta, a.rope_sections) for p in (video24, video10, act20, act50)
+    ]
     for cos, sin in cs[1:]:
         torch.testing.assert_close(cos[0, 0, tp], cs[0][0][0, 0, tp], atol=0, rtol=0)
         torch.testing.assert_close(sin[0, 0, tp], cs[0][1][0, 0, tp], atol=0, rtol=0)
@@ -192,7 +194,9 @@ def test_rope_relative_position_property_on_time_axis():
         pk = torch.tensor([[[tk], [2.0], [3.0]]])
         cq, sq = rope_cos_sin(pq, a.head_dim, a.rope_theta, a.rope_sections)
         ck, sk = rope_cos_sin(pk, a.head_dim, a.rope_theta, a.rope_sections)
-        return float((apply_rope(q, cq.double(), sq.double()) * apply_rope(k, ck.double(), sk.double())).sum())
+        return float(
+            (apply_rope(q, cq.double(), sq.double()) * apply_rope(k, ck.double(), sk.double())).sum()
+        )
 
     base = score(10.5, 7.0)
     for shift in (1.0, 13.25, 200.0):
@@ -251,9 +255,14 @@ def test_bad_generator_input_raises():
         t[0, 0] = float("nan")
         m.denoise(cache, dataclasses.replace(good, video=dataclasses.replace(good.video, time_s=t)))
     with pytest.raises(ValueError, match="channels"):
-        m.denoise(cache, dataclasses.replace(good, audio=dataclasses.replace(good.audio, latents=torch.zeros(2, 2, 3))))
+        m.denoise(
+            cache,
+            dataclasses.replace(good, audio=dataclasses.replace(good.audio, latents=torch.zeros(2, 2, 3))),
+        )
     with pytest.raises(ValueError, match="time_s must have shape"):
-        m.denoise(cache, dataclasses.replace(good, audio=dataclasses.replace(good.audio, time_s=torch.zeros(2, 5))))
+        m.denoise(
+            cache, dataclasses.replace(good, audio=dataclasses.replace(good.audio, time_s=torch.zeros(2, 5)))
+        )
     with pytest.raises(ValueError, match="modality"):
         GenInput.from_dict({"video": good.video, "smell": good.audio})
     with pytest.raises(ValueError, match="clean"):

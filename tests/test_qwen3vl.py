@@ -46,7 +46,6 @@ PATCH_DIM = 3 * 2 * 4 * 4
 IMG_GRID, VID_GRID = (1, 4, 6), (2, 4, 4)  # in patches: 6 image tokens; 2 frames x 4 video tokens
 
 
-
 def hf_config(hidden, layers, heads, kv, head_dim, section, tie):
     text = dict(
         vocab_size=300, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,

@@ -21,7 +21,9 @@ TABLE = {
 }
 
 
-def make_batch(b: int = 3, seed: int = 0, frames: int = 3, with_audio: bool = False, grid: int = 4) -> ClipBatch:
+def make_batch(
+    b: int = 3, seed: int = 0, frames: int = 3, with_audio: bool = False, grid: int = 4
+) -> ClipBatch:
     cfg = preset("tiny")
     g = torch.Generator().manual_seed(seed)
     lengths = torch.tensor([6, 4, 5, 6, 3, 6][:b])
@@ -157,7 +159,8 @@ def test_tiny_overfits_a_handful_of_clips(mode):
     def eval_loss():
         with torch.no_grad():
             return sum(
-                float(head.loss(model, batch, cache, sig, torch.Generator().manual_seed(100 + i))[0]) for i in range(4)
+                float(head.loss(model, batch, cache, sig, torch.Generator().manual_seed(100 + i))[0])
+                for i in range(4)
             )
 
     before = eval_loss()

@@ -13,7 +13,6 @@ from cosmos3_robot.model import MoT, preset
 from cosmos3_robot.model.text_generation import SamplingConfig, filter_logits, generate, next_token
 
 
-
 @pytest.fixture(scope="module")
 def model() -> MoT:
     torch.manual_seed(0)

@@ -57,7 +57,9 @@ class Tokenizer(Protocol):
     def state(self) -> dict[str, Any]: ...
 
 
-def batch_encode(tok: Tokenizer, texts: list[str], bos: bool = True, eos: bool = False) -> tuple[Tensor, Tensor]:
+def batch_encode(
+    tok: Tokenizer, texts: list[str], bos: bool = True, eos: bool = False
+) -> tuple[Tensor, Tensor]:
     """Encode and right-pad with `tok.pad_id`: ids (B, L) long, lengths (B,) long."""
     return pad_right([tok.encode(t, bos=bos, eos=eos) for t in texts], tok.pad_id)
 
@@ -81,7 +83,10 @@ class ByteTokenizer:
     def __init__(self) -> None:
         first = self.OFFSET + 256
         self.vision_ids = VisionTokenIds(
-            vision_start_token_id=first, image_token_id=first + 1, vision_end_token_id=first + 2, video_token_id=first + 3
+            vision_start_token_id=first,
+            image_token_id=first + 1,
+            vision_end_token_id=first + 2,
+            video_token_id=first + 3,
         )
         self.vocab_size = first + 4
         self.pad_id, self.bos_id, self.eos_id = self.PAD, self.BOS, self.EOS
@@ -182,7 +187,9 @@ def load_tokenizer(source: str | Path | dict | None = None) -> ByteTokenizer | H
             return ByteTokenizer()
     if path.is_dir():
         return HFTokenizer(path)
-    raise FileNotFoundError(f"tokenizer {path}: not a saved byte tokenizer nor a local Hugging Face tokenizer folder")
+    raise FileNotFoundError(
+        f"tokenizer {path}: not a saved byte tokenizer nor a local Hugging Face tokenizer folder"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -190,7 +197,13 @@ def load_tokenizer(source: str | Path | dict | None = None) -> ByteTokenizer | H
 # ------------------------------------------------------------------------------------------------
 
 # How the env-state point names read in English.
-DISPLAY_NAMES = {"goal": "target", "fingertip": "fingertip", "distractor": "distractor", "puck": "puck", "pusher": "pusher"}
+DISPLAY_NAMES = {
+    "goal": "target",
+    "fingertip": "fingertip",
+    "distractor": "distractor",
+    "puck": "puck",
+    "pusher": "pusher",
+}
 # Sector k covers angles (k·45° ± 22.5°), counter-clockwise from +x (right); +y is up in the image.
 DIRECTIONS = (
     "to the right",
@@ -280,7 +293,11 @@ def make_qa(
     i, j = rng.choice(len(keys), size=2, replace=False)
     a, b = keys[int(i)], keys[int(j)]
     if kind == "relative":
-        return QA(f"where is the {display(a)} relative to the {display(b)}?", relative_answer(points[a], points[b]), kind)
+        return QA(
+            f"where is the {display(a)} relative to the {display(b)}?",
+            relative_answer(points[a], points[b]),
+            kind,
+        )
     dist = float(np.hypot(*(points[a] - points[b])))
     return QA(f"how far is the {display(a)} from the {display(b)}?", f"{dist:.2f} m", kind)
 

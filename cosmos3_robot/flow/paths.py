@@ -49,7 +49,9 @@ class SigmaSampler:
         if self.std <= 0 or self.shift <= 0 or not 0 <= self.min_sigma < 1:
             raise ValueError("SigmaSampler needs std > 0, shift > 0 and 0 <= min_sigma < 1")
 
-    def __call__(self, shape: tuple[int, ...], generator: torch.Generator | None = None, device=None) -> Tensor:
+    def __call__(
+        self, shape: tuple[int, ...], generator: torch.Generator | None = None, device=None
+    ) -> Tensor:
         if self.kind == "logit_normal":
             z = torch.randn(shape, generator=generator, device=device) * self.std + self.mean
             s = torch.sigmoid(z)
@@ -61,4 +63,4 @@ class SigmaSampler:
         self, batch: int, names: list[str], generator: torch.Generator | None = None, device=None
     ) -> dict[str, Tensor]:
         """One independent σ per sample for each modality: {name: (B,)}."""
-        return {n: self(( batch,), generator, device) for n in names}
+        return {n: self((batch,), generator, device) for n in names}

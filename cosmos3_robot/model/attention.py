@@ -31,7 +31,16 @@ from .rope import apply_rope
 class TowerAttention(nn.Module):
     """One tower's attention weights: Q/K/V/O projections and QK-norm (Qwen3 names)."""
 
-    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, bias: bool, qk_norm: bool, eps: float):
+    def __init__(
+        self,
+        hidden: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        bias: bool,
+        qk_norm: bool,
+        eps: float,
+    ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.q_proj = nn.Linear(hidden, num_heads * head_dim, bias=bias)

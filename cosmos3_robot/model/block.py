@@ -29,7 +29,13 @@ class TowerLayer(nn.Module):
         c = tower.hidden_size
         self.input_layernorm = RMSNorm(c, tower.rms_norm_eps)
         self.self_attn = TowerAttention(
-            c, attn.num_heads, attn.num_kv_heads, attn.head_dim, tower.attention_bias, tower.qk_norm, tower.rms_norm_eps
+            c,
+            attn.num_heads,
+            attn.num_kv_heads,
+            attn.head_dim,
+            tower.attention_bias,
+            tower.qk_norm,
+            tower.rms_norm_eps,
         )
         self.post_attention_layernorm = RMSNorm(c, tower.rms_norm_eps)
         self.mlp = GatedMLP(c, tower.intermediate_size)
@@ -46,9 +52,13 @@ class MoTBlock(nn.Module):
         self.ar = TowerLayer(reasoner, attn)
         self.dm = TowerLayer(generator, attn) if generator is not None else None
         # Cosmos 3 Edge: Reasoner keys pass through their own RMSNorm when the Generator reads them.
-        self.ar_key_norm_for_dm = RMSNorm(attn.head_dim, reasoner.rms_norm_eps) if attn.ar_key_norm_for_dm else None
+        self.ar_key_norm_for_dm = (
+            RMSNorm(attn.head_dim, reasoner.rms_norm_eps) if attn.ar_key_norm_for_dm else None
+        )
 
-    def reason(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    def reason(
+        self, x: Tensor, cos: Tensor, sin: Tensor
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         """Reasoner half. x (B, La, C) -> (x', (K for dm, V), (K, V) for text decoding)."""
         q, k, v = self.ar.self_attn.project(self.ar.input_layernorm(x))
         k_for_dm = self.ar_key_norm_for_dm(k) if self.ar_key_norm_for_dm is not None else None
@@ -58,7 +68,14 @@ class MoTBlock(nn.Module):
         return x, (k_for_dm, v), (k, v)
 
     def decode(
-        self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor, index: int, key_valid: Tensor | None
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        cache_k: Tensor,
+        cache_v: Tensor,
+        index: int,
+        key_valid: Tensor | None,
     ) -> Tensor:
         """One new Reasoner token per sample, appended to a preallocated cache at `index`.
 
@@ -82,7 +99,9 @@ class MoTBlock(nn.Module):
     ) -> Tensor:
         """Generator half. x (B, Ld, C); kv_ar = the Reasoner's (K, V) of this layer, (B, G, La, D)."""
         if self.dm is None:
-            raise ValueError("this model has no Generator tower (Reasoner-only checkpoint); it can only reason")
+            raise ValueError(
+                "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
+            )
         q, k, v = self.dm.self_attn.project(self.dm.input_layernorm(x))
         q, k = rotate(q, k, cos, sin)
         o = generator_attention(q, kv_ar[0], kv_ar[1], k, v, ar_valid, dm_valid)

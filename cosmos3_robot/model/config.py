@@ -121,7 +121,11 @@ class ModelConfig:
     timestep_embed_dim: int = 256
 
     def __post_init__(self) -> None:
-        for name, cls in (("reasoner", TowerConfig), ("generator", TowerConfig), ("attention", AttentionConfig)):
+        for name, cls in (
+            ("reasoner", TowerConfig),
+            ("generator", TowerConfig),
+            ("attention", AttentionConfig),
+        ):
             value = getattr(self, name)
             if isinstance(value, dict):
                 setattr(self, name, cls(**value))
@@ -133,7 +137,9 @@ class ModelConfig:
                     "change num_heads or set attention.head_dim explicitly"
                 )
             self.attention = dataclasses.replace(self.attention, head_dim=width // heads)
-        _positive(self, "vocab_size", "latent_channels", "patch_size", "num_embodiments", "timestep_embed_dim")
+        _positive(
+            self, "vocab_size", "latent_channels", "patch_size", "num_embodiments", "timestep_embed_dim"
+        )
         for name in ("audio_dim", "action_dim"):
             value = getattr(self, name)
             if value is not None:
@@ -141,7 +147,9 @@ class ModelConfig:
         if self.timestep_embed_dim % 2:
             raise ValueError(f"ModelConfig.timestep_embed_dim must be even, got {self.timestep_embed_dim}")
         if not self.time_units_per_second > 0:
-            raise ValueError(f"ModelConfig.time_units_per_second must be > 0, got {self.time_units_per_second}")
+            raise ValueError(
+                f"ModelConfig.time_units_per_second must be > 0, got {self.time_units_per_second}"
+            )
         if self.modality_margin < 0:
             raise ValueError(f"ModelConfig.modality_margin must be >= 0, got {self.modality_margin}")
         if self.attention.ar_key_norm_for_dm and self.reasoner.qk_norm:
@@ -169,12 +177,18 @@ class ModelConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"ModelConfig: unknown keys {unknown}; known keys are {sorted(known)}")
-        for name, sub in (("reasoner", TowerConfig), ("generator", TowerConfig), ("attention", AttentionConfig)):
+        for name, sub in (
+            ("reasoner", TowerConfig),
+            ("generator", TowerConfig),
+            ("attention", AttentionConfig),
+        ):
             if isinstance(data.get(name), dict):
                 sub_known = {f.name for f in dataclasses.fields(sub)}
                 bad = sorted(set(data[name]) - sub_known)
                 if bad:
-                    raise ValueError(f"ModelConfig.{name}: unknown keys {bad}; known keys are {sorted(sub_known)}")
+                    raise ValueError(
+                        f"ModelConfig.{name}: unknown keys {bad}; known keys are {sorted(sub_known)}"
+                    )
                 if name == "attention" and data[name].get("rope_sections") is not None:
                     data[name] = {**data[name], "rope_sections": tuple(data[name]["rope_sections"])}
                 data[name] = sub(**data[name])
@@ -223,7 +237,9 @@ def _qwen3vl_preset(hidden: int, ffn: int, layers: int, heads: int) -> ModelConf
     return ModelConfig(
         reasoner=_qwen3_tower(hidden, ffn),
         generator=_qwen3_tower(hidden, ffn),
-        attention=AttentionConfig(num_layers=layers, num_heads=heads, num_kv_heads=8, head_dim=128, rope_theta=5_000_000.0),
+        attention=AttentionConfig(
+            num_layers=layers, num_heads=heads, num_kv_heads=8, head_dim=128, rope_theta=5_000_000.0
+        ),
         vocab_size=151936,
         tie_word_embeddings=False,
         latent_channels=48,

@@ -89,7 +89,9 @@ class EmbodimentLinear(nn.Module):
     def forward(self, x: Tensor, embodiment: Tensor) -> Tensor:
         """x (B, L, in), embodiment (B,) long -> (B, L, out)."""
         if embodiment.shape != (x.shape[0],):
-            raise ValueError(f"embodiment must have shape (B,) = ({x.shape[0]},), got {tuple(embodiment.shape)}")
+            raise ValueError(
+                f"embodiment must have shape (B,) = ({x.shape[0]},), got {tuple(embodiment.shape)}"
+            )
         if embodiment.min() < 0 or embodiment.max() >= self.num_embodiments:
             raise ValueError(
                 f"embodiment ids must be in [0, {self.num_embodiments}), got {embodiment.tolist()}; "

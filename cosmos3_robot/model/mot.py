@@ -69,7 +69,11 @@ class ReasonerCache:
         valids = []
         for c in caches:
             b, n = c.batch, c.kv[0][0].shape[2]
-            v = c.valid if c.valid is not None else torch.ones(b, n, dtype=torch.bool, device=c.next_position.device)
+            v = (
+                c.valid
+                if c.valid is not None
+                else torch.ones(b, n, dtype=torch.bool, device=c.next_position.device)
+            )
             valids.append(torch.nn.functional.pad(v, (0, la - n), value=False))
         valid = torch.cat(valids)
         return ReasonerCache(
@@ -178,7 +182,9 @@ class MoT(nn.Module):
         if positions is None:
             positions = text_positions(b, la, device=x.device)
         elif positions.shape != (b, 3, la):
-            raise ValueError(f"positions must have shape (B, 3, La) = {(b, 3, la)}, got {tuple(positions.shape)}")
+            raise ValueError(
+                f"positions must have shape (B, 3, La) = {(b, 3, la)}, got {tuple(positions.shape)}"
+            )
         cos, sin = self._rope(positions)
         kv, text_kv = [], []
         for i, layer in enumerate(self.layers):
@@ -276,10 +282,14 @@ class MoT(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """GenInput -> tokens (B, Ld, C), positions (B, 3, Ld), validity (B, Ld) or None."""
         if self.config.generator is None:
-            raise ValueError("this model has no Generator tower (Reasoner-only checkpoint); it can only reason")
+            raise ValueError(
+                "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
+            )
         b = gen.batch
         if b != cache.batch:
-            raise ValueError(f"the Reasoner cache was built for batch {cache.batch}, the Generator input has {b}")
+            raise ValueError(
+                f"the Reasoner cache was built for batch {cache.batch}, the Generator input has {b}"
+            )
         offset = cache.next_position + self.config.modality_margin
         xs, poss, valids = [], [], []
         for name, s in gen.items():
@@ -325,7 +335,9 @@ class MoT(nn.Module):
         h = self.run_generator(cache, x, positions, dm_valid, rope)
         streams = gen.items()
         out = {}
-        for (name, s), part in zip(streams, torch.split(h, [s.length for _, s in streams], dim=1), strict=True):
+        for (name, s), part in zip(
+            streams, torch.split(h, [s.length for _, s in streams], dim=1), strict=True
+        ):
             if name == "video":
                 v = self.video_out(part)
             elif name == "audio":
@@ -359,7 +371,11 @@ class MoT(nn.Module):
         return [p for p in self.parameters() if id(p) not in ar_ids]
 
     def reasoner_parameters(self) -> list[nn.Parameter]:
-        params = list(self.embed_tokens.parameters()) + list(self.norm.parameters()) + list(self.lm_head.parameters())
+        params = (
+            list(self.embed_tokens.parameters())
+            + list(self.norm.parameters())
+            + list(self.lm_head.parameters())
+        )
         for layer in self.layers:
             params += list(layer.ar.parameters())  # (ar_key_norm_for_dm is read only by the Generator)
         seen, unique = set(), []

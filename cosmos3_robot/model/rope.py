@@ -24,7 +24,9 @@ from torch import Tensor
 
 def _check_finite(name: str, x: Tensor) -> None:
     if not torch.isfinite(x).all():
-        raise ValueError(f"{name} contains non-finite values (NaN or inf); timestamps and positions must be finite")
+        raise ValueError(
+            f"{name} contains non-finite values (NaN or inf); timestamps and positions must be finite"
+        )
 
 
 def section_index(head_dim: int, sections: tuple[int, int, int]) -> Tensor:
@@ -46,7 +48,9 @@ def rope_cos_sin(
         raise ValueError(f"positions must have shape (B, 3, L), got {tuple(positions.shape)}")
     # float32 throughout, the way Qwen3-VL (transformers) and Cosmos 3 (Diffusers) compute it, so
     # that pretrained weights see exactly the rotations they were trained with.
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    )
     axis = section_index(head_dim, sections).to(positions.device)
     pos = positions.float()[:, axis, :]  # (B, P, L): the position each pair rotates by
     angles = (pos * inv_freq[None, :, None]).transpose(1, 2)  # (B, L, P)
@@ -87,7 +91,9 @@ def time_positions(times_s: Tensor, offset: Tensor, units_per_second: float) -> 
     return torch.stack([t, zeros, zeros], dim=1).float()
 
 
-def video_positions(frame_times_s: Tensor, grid: tuple[int, int], offset: Tensor, units_per_second: float) -> Tensor:
+def video_positions(
+    frame_times_s: Tensor, grid: tuple[int, int], offset: Tensor, units_per_second: float
+) -> Tensor:
     """Video latent tokens, frame-major then row-major: (O + t_k·r, row, col).
 
     frame_times_s (B, T) seconds per latent frame; grid = (rows, cols) of merged tokens per frame.

@@ -65,7 +65,9 @@ class Stream:
         if self.grid is not None and tuple(self.grid.shape) != (b, n, 2):
             raise ValueError(f"{name}.grid must have shape {(b, n, 2)}, got {tuple(self.grid.shape)}")
         if self.positions is not None and tuple(self.positions.shape) != (b, 3, n):
-            raise ValueError(f"{name}.positions must have shape {(b, 3, n)}, got {tuple(self.positions.shape)}")
+            raise ValueError(
+                f"{name}.positions must have shape {(b, 3, n)}, got {tuple(self.positions.shape)}"
+            )
         if name == "action":
             if self.embodiment is None or tuple(self.embodiment.shape) != (b,):
                 raise ValueError(f"action.embodiment must be a (B,) = ({b},) long tensor of embodiment ids")
@@ -117,16 +119,20 @@ class GenInput:
         for n in names:
             ss = [getattr(g, n) for g in inputs]
             if any(s is None for s in ss) or len({s.length for s in ss}) != 1:
-                raise ValueError(f"cannot batch Generator inputs: stream {n!r} is missing or differs in length")
+                raise ValueError(
+                    f"cannot batch Generator inputs: stream {n!r} is missing or differs in length"
+                )
 
-            def cat_field(field: str, ss=ss):
+            def cat_field(field: str, ss=ss, n=n):
                 vals = [getattr(s, field) for s in ss]
                 if all(v is None for v in vals):
                     return None
                 if field == "valid":
                     vals = [s.valid_mask() for s in ss]
                 if any(v is None for v in vals):
-                    raise ValueError(f"cannot batch Generator inputs: {n}.{field} is set in some and not others")
+                    raise ValueError(
+                        f"cannot batch Generator inputs: {n}.{field} is set in some and not others"
+                    )
                 return torch.cat(vals, dim=0)
 
             out[n] = Stream(**{f.name: cat_field(f.name) for f in fields(Stream)})
@@ -167,7 +173,9 @@ def unpatchify(tokens: Tensor, shape: tuple[int, int, int, int], p: int = 2) -> 
     c, t, h, w = shape
     b = tokens.shape[0]
     if tokens.shape[1:] != (t * (h // p) * (w // p), p * p * c):
-        raise ValueError(f"tokens of shape {tuple(tokens.shape)} do not match latent shape {shape} with patch {p}")
+        raise ValueError(
+            f"tokens of shape {tuple(tokens.shape)} do not match latent shape {shape} with patch {p}"
+        )
     x = tokens.reshape(b, t, h // p, w // p, p, p, c)
     x = x.permute(0, 6, 1, 2, 4, 3, 5)  # (B, C, T, H/p, dy, W/p, dx)
     return x.reshape(b, c, t, h, w)
@@ -197,10 +205,16 @@ def video_stream(
         sigma = torch.zeros(b, t, device=latents.device)
     if sigma.ndim == 1:
         sigma = sigma[:, None].expand(b, t)
-    sigma = torch.where(noisy_frames, sigma.to(latents.device).float(), torch.zeros((), device=latents.device))
+    sigma = torch.where(
+        noisy_frames, sigma.to(latents.device).float(), torch.zeros((), device=latents.device)
+    )
     rows = torch.arange(h // p, device=latents.device)
     cols = torch.arange(w // p, device=latents.device)
-    grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(1, 1, per, 2).expand(b, t, per, 2)
+    grid = (
+        torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1)
+        .reshape(1, 1, per, 2)
+        .expand(b, t, per, 2)
+    )
 
     def rep(x: Tensor) -> Tensor:  # (B, T) -> (B, T·per)
         return x[:, :, None].expand(b, t, per).reshape(b, t * per)
@@ -233,4 +247,6 @@ def series_stream(
     if noisy.shape != (b, n):
         raise ValueError(f"noisy must have shape {(b, n)}, got {tuple(noisy.shape)}")
     sigma = torch.where(noisy, sigma.to(latents.device).float(), torch.zeros((), device=latents.device))
-    return Stream(latents=latents, time_s=time_s.float(), sigma=sigma, noisy=noisy, valid=valid, embodiment=embodiment)
+    return Stream(
+        latents=latents, time_s=time_s.float(), sigma=sigma, noisy=noisy, valid=valid, embodiment=embodiment
+    )

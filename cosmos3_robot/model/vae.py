@@ -383,6 +383,7 @@ class VideoVAE(nn.Module):
             latents_std=[float(v) for v in self.latents_std],
         )
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the final folder should not be
         try:
             self.autoencoder.save_pretrained(tmp, safe_serialization=True)
             if path.exists():

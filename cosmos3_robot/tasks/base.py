@@ -61,14 +61,22 @@ class ClipBatch:
     def to(self, device) -> ClipBatch:
         return replace(
             self,
-            **{f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)},
+            **{
+                f.name: getattr(self, f.name).to(device)
+                for f in fields(self)
+                if isinstance(getattr(self, f.name), Tensor)
+            },
         )
 
     def select(self, idx: Tensor) -> ClipBatch:
         """The sub-batch at indices idx (along B)."""
         return replace(
             self,
-            **{f.name: getattr(self, f.name)[idx] for f in fields(self) if isinstance(getattr(self, f.name), Tensor)},
+            **{
+                f.name: getattr(self, f.name)[idx]
+                for f in fields(self)
+                if isinstance(getattr(self, f.name), Tensor)
+            },
         )
 
     def prompt(self) -> Prompt:
@@ -96,7 +104,9 @@ class TaskHead:
         if missing:
             raise ValueError(f"task {self.name!r} needs {missing} in the batch, which lacks them")
         if batch.has("video") and not 0 <= batch.obs_frames <= batch.video.shape[2]:
-            raise ValueError(f"obs_frames={batch.obs_frames} is outside [0, {batch.video.shape[2]}] latent frames")
+            raise ValueError(
+                f"obs_frames={batch.obs_frames} is outside [0, {batch.video.shape[2]}] latent frames"
+            )
 
     def _future(self, batch: ClipBatch) -> dict[str, Tensor]:
         """Frames after the observed ones, and the audio from their time on, are generated."""
@@ -118,7 +128,10 @@ class TaskHead:
 
     # -- the Generator sequence ---------------------------------------------------------------
     def streams(
-        self, batch: ClipBatch, latents: dict[str, Tensor] | None = None, sigma: dict[str, Tensor] | None = None
+        self,
+        batch: ClipBatch,
+        latents: dict[str, Tensor] | None = None,
+        sigma: dict[str, Tensor] | None = None,
     ) -> GenInput:
         """The Generator input of this mode. latents overrides the clean latents (video as (B,C,T,H,W));
         sigma {modality: (B,) or (B, T)/(B, N)} gives noisy tokens their level (default 0)."""
@@ -128,12 +141,20 @@ class TaskHead:
         if batch.has("video") and "video" not in self.drops:
             nv = noisy.get("video", torch.zeros(batch.video.shape[0], batch.video.shape[2], dtype=torch.bool))
             out["video"] = video_stream(
-                latents.get("video", batch.video), batch.video_time, nv, sigma.get("video"), frame_valid=batch.video_valid
+                latents.get("video", batch.video),
+                batch.video_time,
+                nv,
+                sigma.get("video"),
+                frame_valid=batch.video_valid,
             )
         if batch.has("audio") and "audio" not in self.drops:
             na = noisy.get("audio", torch.zeros_like(batch.audio_time, dtype=torch.bool))
             out["audio"] = series_stream(
-                latents.get("audio", batch.audio), batch.audio_time, na, sigma.get("audio"), valid=batch.audio_valid
+                latents.get("audio", batch.audio),
+                batch.audio_time,
+                na,
+                sigma.get("audio"),
+                valid=batch.audio_valid,
             )
         if batch.has("action") and "action" not in self.drops:
             nact = noisy.get("action", torch.zeros_like(batch.action_time, dtype=torch.bool))
@@ -148,7 +169,9 @@ class TaskHead:
         return GenInput(**out)
 
     # -- training -----------------------------------------------------------------------------
-    def draw_sigma(self, batch: ClipBatch, sampler: SigmaSampler, generator: torch.Generator | None) -> dict[str, Tensor]:
+    def draw_sigma(
+        self, batch: ClipBatch, sampler: SigmaSampler, generator: torch.Generator | None
+    ) -> dict[str, Tensor]:
         b = batch.batch
         dev = batch.input_ids.device
         sig = {}
@@ -215,8 +238,16 @@ class TaskHead:
         (B, C, T, H, W) (observed frames copied through), actions (B, Na, A), audio (B, Ns, Ca)."""
         gen = self.streams(batch)
         out = sample(
-            model, gen, sampler, batch.prompt(), num_steps=num_steps, shift=shift, guidance=guidance,
-            null_prompt=null_prompt, generator=generator, reuse_cache=reuse_cache,
+            model,
+            gen,
+            sampler,
+            batch.prompt(),
+            num_steps=num_steps,
+            shift=shift,
+            guidance=guidance,
+            null_prompt=null_prompt,
+            generator=generator,
+            reuse_cache=reuse_cache,
         )
         res = {}
         for name in out:
@@ -226,4 +257,3 @@ class TaskHead:
             else:
                 res[name] = out[name]
         return res
-

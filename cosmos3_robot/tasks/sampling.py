@@ -80,9 +80,11 @@ def sample(
             )
     sampler.set_timesteps(num_steps, shift)
     b = gen.batch
-    x = initial_latents(gen, generator) if noise is None else {
-        n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()
-    }
+    x = (
+        initial_latents(gen, generator)
+        if noise is None
+        else {n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()}
+    )
     noisy = {n: s.noisy for n, s in gen.items()}
     use_cfg = guidance != 1.0
 
@@ -101,7 +103,10 @@ def sample(
     rope = None  # positions are fixed for the request: validate and rotate once
     while not sampler.done:
         sigma = sampler.sigma
-        sig = {n: torch.where(s.noisy, torch.full_like(s.sigma, sigma), torch.zeros_like(s.sigma)) for n, s in gen.items()}
+        sig = {
+            n: torch.where(s.noisy, torch.full_like(s.sigma, sigma), torch.zeros_like(s.sigma))
+            for n, s in gen.items()
+        }
         step_in = gen.replace_latents(x, sig)
         if use_cfg:
             step_in = GenInput.cat([step_in, step_in])

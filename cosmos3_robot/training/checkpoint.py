@@ -80,7 +80,9 @@ def module_state(module: nn.Module) -> dict[str, Tensor]:
     return out
 
 
-def optimizer_state(optimizer: torch.optim.Optimizer, names: list[str]) -> tuple[dict[str, Tensor], dict[str, Any]]:
+def optimizer_state(
+    optimizer: torch.optim.Optimizer, names: list[str]
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """AdamW state keyed by parameter name (not index), so a mismatch is reported by name."""
     sd = optimizer.state_dict()
     if len(names) != sum(len(g["params"]) for g in sd["param_groups"]):
@@ -125,11 +127,15 @@ def copy_into(module: nn.Module, state: dict[str, Tensor], what: str) -> None:
     live.update({n: b for n, b in module.named_buffers() if n in persistent})
     missing, extra = sorted(set(live) - set(state)), sorted(set(state) - set(live))
     if missing or extra:
-        raise CheckpointError(f"{what}: checkpoint does not match the model: missing {missing[:8]}, unexpected {extra[:8]}")
+        raise CheckpointError(
+            f"{what}: checkpoint does not match the model: missing {missing[:8]}, unexpected {extra[:8]}"
+        )
     for n, p in live.items():
         t = state[n]
         if tuple(t.shape) != tuple(p.shape):
-            raise CheckpointError(f"{what}: {n} has shape {tuple(t.shape)} in the checkpoint, {tuple(p.shape)} in the model")
+            raise CheckpointError(
+                f"{what}: {n} has shape {tuple(t.shape)} in the checkpoint, {tuple(p.shape)} in the model"
+            )
         p.copy_(_like(t, p))
 
 
@@ -149,7 +155,9 @@ def load_optimizer(optimizer: torch.optim.Optimizer, names: list[str], snap: Sna
     saved_names = [n for g in groups for n in g["params"]]
     if saved_names != names:
         diff = sorted(set(saved_names) ^ set(names))
-        raise CheckpointError(f"optimizer state is for other parameters (differing: {diff[:8]}); was the stage changed?")
+        raise CheckpointError(
+            f"optimizer state is for other parameters (differing: {diff[:8]}); was the stage changed?"
+        )
     params = [p for g in optimizer.param_groups for p in g["params"]]
     index = {n: i for i, n in enumerate(names)}
     state: dict[int, dict[str, Any]] = {}
@@ -186,7 +194,8 @@ def check_config(snap: Snapshot, current: dict[str, Any], folder: Path | str = "
     diff = config_diff(snap.train_config, current)
     if diff:
         raise CheckpointError(
-            f"{folder} was written with a different config; differing fields:\n  " + "\n  ".join(diff)
+            f"{folder} was written with a different config; differing fields:\n  "
+            + "\n  ".join(diff)
             + "\nUse the checkpoint's values, or start a new run (another `out`, or checkpoint.resume=never "
             "in an empty `out`)."
         )
@@ -271,7 +280,9 @@ def _read_tensors(path: Path) -> dict[str, Tensor]:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             return {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(f"{path} is truncated or corrupt ({e}); resume from an earlier checkpoint") from e
+        raise CheckpointError(
+            f"{path} is truncated or corrupt ({e}); resume from an earlier checkpoint"
+        ) from e
 
 
 def load_checkpoint(folder: str | Path) -> Snapshot:
@@ -283,9 +294,13 @@ def load_checkpoint(folder: str | Path) -> Snapshot:
     try:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{meta_path} is truncated or corrupt ({e}); resume from an earlier checkpoint") from e
+        raise CheckpointError(
+            f"{meta_path} is truncated or corrupt ({e}); resume from an earlier checkpoint"
+        ) from e
     if meta.get("format") != TRAIN_FORMAT:
-        raise CheckpointError(f"{meta_path} is not a {TRAIN_FORMAT} checkpoint (format={meta.get('format')!r})")
+        raise CheckpointError(
+            f"{meta_path} is not a {TRAIN_FORMAT} checkpoint (format={meta.get('format')!r})"
+        )
     for rel, size in meta["manifest"].items():
         path = folder / rel
         actual = path.stat().st_size if path.is_file() else None
@@ -305,7 +320,9 @@ def load_checkpoint(folder: str | Path) -> Snapshot:
         model_state=_read_tensors(folder / "model" / "model.safetensors"),
         train_config=meta["config"],
         vit_config=model_json.get("vit"),
-        vit_state=_read_tensors(folder / "model" / "vit.safetensors") if has("model/vit.safetensors") else None,
+        vit_state=_read_tensors(folder / "model" / "vit.safetensors")
+        if has("model/vit.safetensors")
+        else None,
         ema_state=_read_tensors(folder / "ema.safetensors") if has("ema.safetensors") else None,
         optim_tensors=_read_tensors(folder / "optimizer.safetensors"),
         optim_meta=meta["optimizer"],

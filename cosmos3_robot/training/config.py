@@ -108,7 +108,9 @@ class GeneratorSection:
         if unknown:
             raise ValueError(f"generator.modes has unknown modes {unknown}; choose from {sorted(TASKS)}")
         if not self.modes or any(v < 0 for v in self.modes.values()) or sum(self.modes.values()) <= 0:
-            raise ValueError(f"generator.modes needs non-negative proportions with a positive sum, got {self.modes}")
+            raise ValueError(
+                f"generator.modes needs non-negative proportions with a positive sum, got {self.modes}"
+            )
         _choice(self, "mode_mix", ("per_sample", "per_batch"))
         if not 0 <= self.prompt_dropout < 1:
             raise ValueError(f"generator.prompt_dropout must be in [0, 1), got {self.prompt_dropout}")
@@ -199,14 +201,23 @@ def identity(cfg: dict[str, Any]) -> dict[str, Any]:
 def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`field: saved -> current` for each identity field that differs."""
     a, b = identity(saved), identity(current)
-    return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return [
+        f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k)
+    ]
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and all(isinstance(x, str) for x in v) and k not in ("modes", "loss_weights", "options"):
+        if (
+            isinstance(v, dict)
+            and v
+            and all(isinstance(x, str) for x in v)
+            and k not in ("modes", "loss_weights", "options")
+        ):
             out.update(_flatten(v, key + "."))
         else:
             out[key] = v
@@ -229,7 +240,9 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     kwargs = {}
     for name, value in data.items():
         sub = _SECTIONS.get((cls.__name__, name))
-        kwargs[name] = _build(sub, value, f"{where}{name}.") if sub is not None and isinstance(value, dict) else value
+        kwargs[name] = (
+            _build(sub, value, f"{where}{name}.") if sub is not None and isinstance(value, dict) else value
+        )
     return cls(**kwargs)
 
 

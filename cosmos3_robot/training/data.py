@@ -26,11 +26,11 @@ through `latent_cache._encode_clip`, one clip at a time).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,7 +51,8 @@ from cosmos3_robot.datasets import (
     seed_worker,
     split_episodes,
 )
-from cosmos3_robot.datasets.actions import ActionNormalizer, ActionTransform, EmbodimentRegistry
+from cosmos3_robot.datasets.actions import ActionTransform, EmbodimentRegistry
+from cosmos3_robot.datasets.normalize import Normalizer
 from cosmos3_robot.datasets.text import QA_KINDS, load_tokenizer, make_qa, pad_right
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.model.multimodal import image_placeholder
@@ -150,7 +151,9 @@ class DataConfig:
         if self.action_width is not None and self.action_width < 1:
             raise ValueError(f"DataConfig.action_width must be >= 1 or None, got {self.action_width}")
         if self.action_norm not in ("min_max", "mean_std"):
-            raise ValueError(f"DataConfig.action_norm must be 'min_max' or 'mean_std', got {self.action_norm!r}")
+            raise ValueError(
+                f"DataConfig.action_norm must be 'min_max' or 'mean_std', got {self.action_norm!r}"
+            )
         if isinstance(self.embodiment, int) and self.embodiment < 0:
             raise ValueError(f"DataConfig.embodiment must be >= 0 (or a name), got {self.embodiment}")
         if not 0.0 <= self.val_fraction < 1.0:
@@ -381,7 +384,9 @@ class GeneratorData:
         try:
             check_spatial_size(self.image_size, self.image_size)
         except ValueError as e:
-            raise ValueError(f"dataset {self.name}, key {cfg.image_key!r}: {e} (or set DataConfig.image_size)") from None
+            raise ValueError(
+                f"dataset {self.name}, key {cfg.image_key!r}: {e} (or set DataConfig.image_size)"
+            ) from None
         self.spec = cfg.clip_spec()
         self.frame_step, self.action_step = self.spec.steps(self.fps, self.name)
         self.split = _split(cfg, meta, self.name)
@@ -389,7 +394,9 @@ class GeneratorData:
         self.val_ds = _clip_dataset(cfg, self.spec, self.split.val) if self.split.val else None
         self.train_idx = np.flatnonzero(_anchor_frames(self.train_ds) % cfg.clip_stride == 0)
         self.val_idx = (
-            np.flatnonzero(_anchor_frames(self.val_ds) % cfg.clip_stride == 0) if self.val_ds is not None else None
+            np.flatnonzero(_anchor_frames(self.val_ds) % cfg.clip_stride == 0)
+            if self.val_ds is not None
+            else None
         )
 
         # Actions: this dataset's statistics, padded to the model's action width.
@@ -398,13 +405,17 @@ class GeneratorData:
         if cfg.num_actions > 0:
             width = cfg.action_width or model_cfg.action_dim
             if width is None:
-                raise ValueError("the model has no action input (ModelConfig.action_dim=None); set num_actions=0")
+                raise ValueError(
+                    "the model has no action input (ModelConfig.action_dim=None); set num_actions=0"
+                )
             if model_cfg.action_dim is not None and width != model_cfg.action_dim:
                 raise ValueError(
                     f"DataConfig.action_width={width} differs from the model's action_dim={model_cfg.action_dim}"
                 )
             if not meta.stats or cfg.action_key not in meta.stats:
-                raise ValueError(f"dataset {self.name}: no statistics for key {cfg.action_key!r} in meta/stats.json")
+                raise ValueError(
+                    f"dataset {self.name}: no statistics for key {cfg.action_key!r} in meta/stats.json"
+                )
             if isinstance(cfg.embodiment, int):
                 emb_name, emb_id = meta.repo_id, cfg.embodiment
                 self.embodiments.ids[emb_name] = emb_id
@@ -420,7 +431,8 @@ class GeneratorData:
                 name=emb_name,
                 embodiment_id=emb_id,
                 width=width,
-                normalizer=ActionNormalizer.from_stats(meta.stats[cfg.action_key], mode=cfg.action_norm),
+                normalizer=Normalizer.from_lerobot_stats(meta.stats, {cfg.action_key: cfg.action_norm}),
+                key=cfg.action_key,
             )
 
         # Action-free clips at the same video rate (so latents share the time axis).
@@ -430,13 +442,19 @@ class GeneratorData:
             self.free_ds = VideoFolderDataset(
                 VideoFolderConfig(
                     folder=cfg.action_free_folder,
-                    spec=ClipSpec(num_frames=cfg.num_frames, video_fps=self.fps / self.frame_step, num_actions=0, pad=cfg.pad),
+                    spec=ClipSpec(
+                        num_frames=cfg.num_frames,
+                        video_fps=self.fps / self.frame_step,
+                        num_actions=0,
+                        pad=cfg.pad,
+                    ),
                     image_size=self.image_size,
                     return_uint8=True,
                 )
             )
             self.free_idx = np.array(
-                [n for n, (_, i) in enumerate(self.free_ds.anchors) if i % cfg.clip_stride == 0], dtype=np.int64
+                [n for n, (_, i) in enumerate(self.free_ds.anchors) if i % cfg.clip_stride == 0],
+                dtype=np.int64,
             )
 
         self.vae = load_vae(cfg, model_cfg)
@@ -520,7 +538,9 @@ class GeneratorData:
         frames = torch.stack([resize_frames(_to_uint8(s["video"]), self.image_size) for s in samples])
         with torch.no_grad():
             latents = self.encoder.encode(frames, keys)  # (B, C, T_lat, h, w)
-        time = torch.stack([latent_frame_times(s["video_time"].double()) for s in samples]).float()  # (B, T_lat)
+        time = torch.stack(
+            [latent_frame_times(s["video_time"].double()) for s in samples]
+        ).float()  # (B, T_lat)
         # Latent k >= 1 summarises frames 4k-3 .. 4k: valid only if all of them are real frames.
         valid = torch.stack([s["video_valid"] for s in samples])  # (B, T)
         groups = [valid[:, :1]] + [
@@ -550,7 +570,9 @@ class GeneratorData:
     def free_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
         """Samples of the action-free video folder -> ClipBatch with action=None."""
         ids, lengths = self._prompt(samples)
-        return ClipBatch(input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **self._video(samples, None))
+        return ClipBatch(
+            input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **self._video(samples, None)
+        )
 
     def state(self) -> dict[str, Any]:
         return {
@@ -567,8 +589,11 @@ class GeneratorData:
             "action_transform": self.action_transform.state_dict() if self.action_transform else None,
             "embodiments": self.embodiments.state_dict(),
             "normalizer": self.train_ds.normalizer.state_dict() if self.train_ds.normalizer else None,
-            "vae": {"path": self.cfg.vae, "preset": None if self.cfg.vae else self.cfg.vae_preset,
-                    "fingerprint": vae_fingerprint(self.vae)},  # fmt: skip
+            "vae": {
+                "path": self.cfg.vae,
+                "preset": None if self.cfg.vae else self.cfg.vae_preset,
+                "fingerprint": vae_fingerprint(self.vae),
+            },  # fmt: skip
             "latent_cache": str(self.cache_dir) if self.cache_dir else None,
             "action_free_folder": self.cfg.action_free_folder,
         }
@@ -613,13 +638,15 @@ class ReasonerData:
         else:
             self.state_names = []
         if vit is not None:
-            _require(meta, self.name, cfg.image_key, "reasoner training with images", "set DataConfig.image_key")
+            _require(
+                meta, self.name, cfg.image_key, "reasoner training with images", "set DataConfig.image_key"
+            )
             vc = vit.config
             if vc.out_hidden_size != model_cfg.reasoner.hidden_size:
                 raise ValueError(
                     f"ViT out_hidden_size={vc.out_hidden_size} != Reasoner hidden_size={model_cfg.reasoner.hidden_size}"
                 )
-            if min(self.tokenizer.vision_ids.__dict__.values()) < 0:
+            if min(dataclasses.astuple(self.tokenizer.vision_ids)) < 0:
                 raise ValueError(f"tokenizer {self.tokenizer.name} has no vision tokens (<|image_pad|> ...)")
             unit = vc.patch_size * vc.spatial_merge_size
             size = cfg.vit_image_size or cfg.image_size or int(meta.features[cfg.image_key]["shape"][0])
@@ -640,7 +667,9 @@ class ReasonerData:
         env = None
         if self.state_names:
             col = table.column(self.cfg.env_state_key).combine_chunks()
-            env = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64).reshape(len(col), -1)
+            env = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64).reshape(
+                len(col), -1
+            )
         rows = []
         for i in range(len(table)):
             if ds._frame[i] % self.cfg.clip_stride:
@@ -682,7 +711,9 @@ class ReasonerData:
                 px, grid = self._image(frames[n])
                 pixels.append(px)
                 grids.append(grid)
-                head += image_placeholder(tuple(grid[0].tolist()), tok.vision_ids, self.vit.config.spatial_merge_size)
+                head += image_placeholder(
+                    tuple(grid[0].tolist()), tok.vision_ids, self.vit.config.spatial_merge_size
+                )
             prompt = head + tok.encode(qa.prompt(), bos=False)
             seqs.append(prompt + tok.encode(qa.answer, bos=False, eos=True))
             starts.append(len(prompt))
@@ -699,7 +730,9 @@ class ReasonerData:
             }
         return TextBatch(input_ids=ids, lengths=lengths, labels=labels, reason_kwargs=kwargs)
 
-    def _batches(self, ds: ClipDataset, rows: list[dict[str, Any]], plan: list[list[int]]) -> Iterator[TextBatch]:
+    def _batches(
+        self, ds: ClipDataset, rows: list[dict[str, Any]], plan: list[list[int]]
+    ) -> Iterator[TextBatch]:
         if self.vit is None:
             for b in plan:
                 yield self.text_batch([rows[i] for i in b])
@@ -750,5 +783,3 @@ __all__ = [
     "make_generator_data",
     "make_reasoner_data",
 ]
-
-_ = (fields, math)  # keep imports used by type checkers quiet

@@ -72,7 +72,12 @@ def shard_rows(obj: Any, batch: int, start: int, stop: int) -> Any:
         return {k: shard_rows(v, batch, start, stop) for k, v in obj.items()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.replace(
-            obj, **{f.name: shard_rows(getattr(obj, f.name), batch, start, stop) for f in dataclasses.fields(obj) if f.init}
+            obj,
+            **{
+                f.name: shard_rows(getattr(obj, f.name), batch, start, stop)
+                for f in dataclasses.fields(obj)
+                if f.init
+            },
         )
     return obj
 

@@ -54,7 +54,9 @@ class EMA:
     def load_state_dict(self, state: dict[str, Tensor], updates: int) -> None:
         missing, extra = sorted(set(self.shadow) - set(state)), sorted(set(state) - set(self.shadow))
         if missing or extra:
-            raise ValueError(f"EMA state does not match the model: missing {missing[:5]}, unexpected {extra[:5]}")
+            raise ValueError(
+                f"EMA state does not match the model: missing {missing[:5]}, unexpected {extra[:5]}"
+            )
         for n, t in state.items():
             self.shadow[n].copy_(t)
         self.updates = updates

@@ -46,7 +46,7 @@ from cosmos3_robot.tasks import ClipBatch, make_task
 
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .distributed import DistInfo, all_reduce_sum, barrier, rank_rows, shard_rows, unwrap, wrap
+from .distributed import DistInfo, all_reduce_sum, barrier, rank_rows, shard_rows, wrap
 from .ema import EMA
 from .schedule import lr_at, set_lr
 
@@ -126,13 +126,19 @@ class StageLoss(nn.Module):
 
             token_ids = kwargs.pop("token_ids", VisionTokenIds())
             pix = {k: kwargs.pop(k) for k in pixel_keys if k in kwargs}
-            kwargs.update(build_reasoner_inputs(self.model, self.vit, batch.input_ids, token_ids, lengths=batch.lengths, **pix).reason_kwargs())
+            kwargs.update(
+                build_reasoner_inputs(
+                    self.model, self.vit, batch.input_ids, token_ids, lengths=batch.lengths, **pix
+                ).reason_kwargs()
+            )
         kwargs.setdefault("lengths", batch.lengths)
         if "inputs_embeds" not in kwargs:
             kwargs["input_ids"] = batch.input_ids
         logits = self.model.reason(**kwargs, logits=True).logits  # (B, L, V)
         labels = batch.labels
-        ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+        ce = F.cross_entropy(
+            logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum"
+        )
         n = (labels != IGNORE).sum()
         return ce / plan["norm"], {"text": (ce.detach(), n.to(ce.dtype))}
 
@@ -193,14 +199,19 @@ class Trainer:
         dist_info: DistInfo | None = None,
     ):
         if cfg.stage == "vae":
-            raise ValueError("stage 'vae' is trained by `cosmos3-robot train-vae` (cosmos3_robot.training.vae)")
+            raise ValueError(
+                "stage 'vae' is trained by `cosmos3-robot train-vae` (cosmos3_robot.training.vae)"
+            )
         self.cfg, self.data = cfg, data
         self.dist = dist_info or DistInfo()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         if model is None:
             model, vit = build_model(cfg)
-        self.model, self.vit = model.to(self.dist.device), vit.to(self.dist.device) if vit is not None else None
+        self.model, self.vit = (
+            model.to(self.dist.device),
+            vit.to(self.dist.device) if vit is not None else None,
+        )
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
         self._setup_stage()
@@ -216,8 +227,13 @@ class Trainer:
     def _setup_stage(self) -> None:
         model, vit, stage = self.model, self.vit, self.cfg.stage
         if stage == "generator" and model.config.generator is None:
-            raise ValueError("stage 'generator' needs a model with a Generator tower (this one is Reasoner-only)")
-        train_ids = {id(p) for p in (model.reasoner_parameters() if stage == "reasoner" else model.generator_parameters())}
+            raise ValueError(
+                "stage 'generator' needs a model with a Generator tower (this one is Reasoner-only)"
+            )
+        train_ids = {
+            id(p)
+            for p in (model.reasoner_parameters() if stage == "reasoner" else model.generator_parameters())
+        }
         named = [(n, p) for n, p in model.named_parameters() if id(p) in train_ids]
         if vit is not None:
             vit.requires_grad_(stage == "reasoner")
@@ -289,7 +305,9 @@ class Trainer:
         elif g.mode_mix == "per_batch":
             modes = [names[int(torch.multinomial(probs, 1, generator=self.generator))]] * b
         else:
-            modes = [names[int(i)] for i in torch.multinomial(probs, b, replacement=True, generator=self.generator)]
+            modes = [
+                names[int(i)] for i in torch.multinomial(probs, b, replacement=True, generator=self.generator)
+            ]
         if g.prompt_dropout > 0:
             drop = torch.rand(b, generator=self.generator) < g.prompt_dropout
             if bool(drop.any()):
@@ -333,9 +351,17 @@ class Trainer:
             chunk = shard_rows(batch, b, s, e)
             if isinstance(chunk, ClipBatch):
                 chunk = chunk.to(self.dist.device)
-            plan = {"norm": norm, "modes": modes[s:e] if modes else None, "noise_seed": self._noise_seed(step, c)}
+            plan = {
+                "norm": norm,
+                "modes": modes[s:e] if modes else None,
+                "noise_seed": self._noise_seed(step, c),
+            }
             sync = k == len(chunks) - 1
-            ctx = self.loss_module.no_sync() if (not sync and hasattr(self.loss_module, "no_sync")) else nullcontext()
+            ctx = (
+                self.loss_module.no_sync()
+                if (not sync and hasattr(self.loss_module, "no_sync"))
+                else nullcontext()
+            )
             with ctx:
                 with self._autocast():
                     objective, stats = self.loss_module(chunk, plan)
@@ -394,8 +420,15 @@ class Trainer:
                     plans = [("text", {"norm": 1.0, "modes": None, "noise_seed": 0})]
                 else:
                     batch = batch.to(self.dist.device)
-                    modes = ["video"] if batch.action is None else sorted(m for m, w in self.cfg.generator.modes.items() if w > 0)
-                    plans = [(m, {"norm": float(b), "modes": [m] * b, "noise_seed": 1_000_000 + 97 * i + k}) for k, m in enumerate(modes)]
+                    modes = (
+                        ["video"]
+                        if batch.action is None
+                        else sorted(m for m, w in self.cfg.generator.modes.items() if w > 0)
+                    )
+                    plans = [
+                        (m, {"norm": float(b), "modes": [m] * b, "noise_seed": 1_000_000 + 97 * i + k})
+                        for k, m in enumerate(modes)
+                    ]
                 for _, plan in plans:
                     with self._autocast():
                         _, stats = self.loss_module(batch, plan)
@@ -450,8 +483,14 @@ class Trainer:
         ckpt.check_config(snap, self.cfg.to_dict(), folder)
         data_state = json.loads(json.dumps(self.data.state()))
         if snap.data_state != data_state:
-            keys = sorted(k for k in set(snap.data_state) | set(data_state) if snap.data_state.get(k) != data_state.get(k))
-            raise ckpt.CheckpointError(f"{folder}: the data source's state differs from the checkpoint's in {keys}")
+            keys = sorted(
+                k
+                for k in set(snap.data_state) | set(data_state)
+                if snap.data_state.get(k) != data_state.get(k)
+            )
+            raise ckpt.CheckpointError(
+                f"{folder}: the data source's state differs from the checkpoint's in {keys}"
+            )
         ckpt.copy_into(self.model, snap.model_state, "model")
         if self.vit is not None:
             if snap.vit_state is None:
@@ -565,7 +604,11 @@ class Trainer:
         path = self.out / "metrics.jsonl"
         if not path.exists():
             return
-        keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= self.step]
+        keep = [
+            ln
+            for ln in path.read_text().splitlines()
+            if ln.strip() and json.loads(ln).get("step", 0) <= self.step
+        ]
         path.write_text("".join(ln + "\n" for ln in keep))
 
 

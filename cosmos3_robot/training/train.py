@@ -1,0 +1,261 @@
+"""`cosmos3-robot train`: Hydra composes `cosmos3_robot/conf/train.yaml` on top of the dataclass schema
+(`training/config.py`), then the library trainer runs on a plain `TrainConfig`.
+
+    cosmos3-robot train stage=generator model=sim-small data.source=lerobot data.root=data/push steps=2000
+    cosmos3-robot train stage=reasoner model=tiny data.source=synthetic steps=50 out=runs/r1
+    torchrun --nproc_per_node 2 -m cosmos3_robot.cli train model=tiny data.batch_size=8 ...
+    cosmos3-robot train stage=vae --repo-id local/push --root data/push --out runs/vae   (= train-vae)
+
+Hydra's compose API is used, so the working directory is never changed and no `outputs/` folder
+or `.hydra/` subfolder is written; the resolved config is saved as `<out>/config.yaml` instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cosmos3_robot.model import ModelConfig
+from cosmos3_robot.tasks import ClipBatch
+
+from .config import TrainConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+HELP = f"""usage: cosmos3-robot train [KEY=VALUE ...] [--print-config]
+
+Train the model. Stages: reasoner (stage 1: Reasoner + ViT, next-token CE on text),
+generator (stage 2: Generator only, flow matching over mixed action modes), vae (stage 0:
+forwarded to `cosmos3-robot train-vae`, whose --flags it takes).
+
+Configuration: Hydra overrides on {CONF_DIR}/train.yaml, checked against the dataclass
+schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error).
+  model=tiny|sim-small                         model preset (conf/model/*.yaml)
+  model.init=PATH  model.vit=tiny|sim-small    start from a save_model folder; train a ViT
+  stage=reasoner|generator  steps=N  seed=S  precision=fp32|bf16  out=DIR
+  data.source=synthetic|<name>  data.root=DIR  data.batch_size=B (global)  data.options.K=V
+  optim.lr=  optim.warmup_steps=  optim.weight_decay=  optim.grad_clip=  optim.min_lr_ratio=
+  generator.modes='{{forward_dynamics:0.3,inverse_dynamics:0.3,policy:0.3,video:0.1}}'
+  generator.mode_mix=per_sample|per_batch  generator.prompt_dropout=P  generator.sigma.shift=S
+  checkpoint.every=N  checkpoint.keep_last=K  checkpoint.resume=auto|never|PATH
+  micro_batch_size=M  ema_decay=D  log_every=N  val_every=N  val_batches=N  threads=T
+  distributed.strategy=ddp|fsdp  distributed.backend=auto|gloo|nccl   (under torchrun)
+
+Outputs in `out`: checkpoints/step-*/ (resumable), model/ (EMA weights, load_model-able),
+metrics.jsonl, plots/loss_<mode>.png, config.yaml.
+  --print-config   print the composed config and exit
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# Synthetic data: random-but-learnable clips and text in the model's shapes (smoke runs, tests,
+# throughput). Implements the DataSource protocol of trainer.py.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SyntheticTextBatch:
+    """Same fields as cosmos3_robot.training.data.TextBatch (used when that module is absent)."""
+
+    input_ids: Tensor
+    lengths: Tensor
+    labels: Tensor
+    reason_kwargs: dict = field(default_factory=dict)
+
+
+def _text_batch_cls():
+    try:
+        from cosmos3_robot.training.data import TextBatch  # the data engineer's class, when present
+
+        return TextBatch
+    except ImportError:
+        return SyntheticTextBatch
+
+
+class SyntheticData:
+    """Deterministic given (seed, epoch): clips whose future frames follow from the first frame and
+    the actions (so every mode has something to learn), and counting-sequence text."""
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        stage: str,
+        batch_size: int,
+        seed: int = 0,
+        batches_per_epoch: int = 8,
+        val_batches: int = 2,
+        frames: int = 3,
+        grid: int = 4,
+        actions: int = 8,
+        prompt_len: int = 8,
+        action_free: bool = False,
+    ):
+        self.cfg, self.stage, self.b, self.seed = model_config, stage, batch_size, seed
+        self.n, self.n_val = batches_per_epoch, val_batches
+        self.frames, self.grid, self.actions, self.prompt_len = frames, grid, actions, prompt_len
+        self.action_free = action_free
+        g = torch.Generator().manual_seed(10_000 + seed)
+        c, a = model_config.latent_channels, model_config.action_dim or 1
+        self.scenes = torch.randn(4, c, grid, grid, generator=g)
+        self.mix = torch.randn(a, c, grid, grid, generator=g) * 0.3  # how actions move the scene
+
+    def _clip(self, g: torch.Generator) -> ClipBatch:
+        b, t, na, cfg = self.b, self.frames, self.actions, self.cfg
+        a = cfg.action_dim or 1
+        scene = self.scenes[torch.randint(0, 4, (b,), generator=g)]  # (B, C, H, W)
+        action = torch.randn(b, na, a, generator=g)
+        drift = torch.einsum("ba,achw->bchw", action.mean(1), self.mix)
+        video = torch.stack([scene + k * drift for k in range(t)], dim=2)  # (B, C, T, H, W)
+        video = video + 0.05 * torch.randn(video.shape, generator=g)
+        lengths = torch.randint(2, self.prompt_len + 1, (b,), generator=g)
+        ids = torch.randint(1, cfg.vocab_size, (b, self.prompt_len), generator=g)
+        ids = ids * (torch.arange(self.prompt_len)[None] < lengths[:, None])
+        batch = ClipBatch(
+            input_ids=ids,
+            lengths=lengths,
+            video=video,
+            video_time=(torch.arange(t).float() * 4 / 24).expand(b, t).clone(),
+            video_valid=torch.ones(b, t, dtype=torch.bool),
+            obs_frames=1,
+        )
+        if not self.action_free and cfg.action_dim:
+            batch = dataclasses.replace(
+                batch,
+                action=action,
+                action_time=(torch.arange(na).float() / 20).expand(b, na).clone(),
+                action_valid=torch.ones(b, na, dtype=torch.bool),
+                action_mask=torch.ones(b, a, dtype=torch.bool),
+                embodiment=torch.zeros(b, dtype=torch.long),
+            )
+        return batch
+
+    def _text(self, g: torch.Generator):
+        b, L, v = self.b, self.prompt_len * 2, self.cfg.vocab_size
+        start = torch.randint(1, v, (b, 1), generator=g)
+        stride = torch.randint(1, 4, (b, 1), generator=g)
+        seq = (start + stride * torch.arange(L + 1)[None]) % (v - 1) + 1  # counting: learnable
+        lengths = torch.randint(L // 2, L + 1, (b,), generator=g)
+        valid = torch.arange(L)[None] < lengths[:, None]
+        ids = seq[:, :L] * valid
+        labels = torch.where(valid, seq[:, 1:], torch.full_like(ids, -100))
+        labels[:, :2] = -100  # a "prompt" without loss
+        return _text_batch_cls()(input_ids=ids, lengths=lengths, labels=labels, reason_kwargs={})
+
+    def _make(self, g: torch.Generator):
+        return self._text(g) if self.stage == "reasoner" else self._clip(g)
+
+    def train_batches(self, epoch: int) -> Iterator[Any]:
+        for i in range(self.n):
+            yield self._make(torch.Generator().manual_seed(self.seed * 7919 + epoch * 1000 + i))
+
+    def val_batches(self) -> list[Any]:
+        return [self._make(torch.Generator().manual_seed(-1 - self.seed * 7919 - i)) for i in range(self.n_val)]
+
+    def state(self) -> dict:
+        return {"source": "synthetic", "seed": self.seed, "batch_size": self.b, "frames": self.frames,
+                "grid": self.grid, "actions": self.actions, "action_free": self.action_free}  # fmt: skip
+
+
+def build_data(cfg: TrainConfig, model_config: ModelConfig):
+    """DataSource for cfg.data: synthetic here, anything else from cosmos3_robot.training.data."""
+    d = cfg.data
+    if d.source == "synthetic":
+        return SyntheticData(model_config, cfg.stage, d.batch_size, seed=d.seed, **d.options)
+    try:
+        from cosmos3_robot.training import data as data_module
+    except ImportError as e:
+        raise ValueError(
+            f"data.source={d.source!r} needs cosmos3_robot.training.data, which is not available ({e}); "
+            "use data.source=synthetic"
+        ) from e
+    return data_module.build_source(d, cfg.stage, model_config)
+
+
+# ------------------------------------------------------------------------------------------------
+# Hydra
+# ------------------------------------------------------------------------------------------------
+
+
+def register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def compose(overrides: list[str]) -> TrainConfig:
+    """Compose conf/train.yaml + overrides into a validated TrainConfig (no cwd change, no outputs)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_schema()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
+            raw = hydra_compose(config_name="train", overrides=overrides)
+        raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+        return OmegaConf.to_object(raw)
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        cause = e.__cause__
+        if cause is not None and str(cause):
+            msg += f" ({str(cause).splitlines()[0]})"
+        raise ValueError(f"bad train config: {msg}. See `cosmos3-robot train --help` for the keys.") from e
+
+
+def main(argv: list[str]) -> int:
+    argv = list(argv)
+    if any(a in ("-h", "--help") for a in argv) and "stage=vae" not in argv:
+        print(HELP)
+        return 0
+    if "stage=vae" in argv:
+        from cosmos3_robot.training import vae
+
+        return int(vae.main([a for a in argv if a != "stage=vae"]) or 0)
+    print_only = "--print-config" in argv
+    overrides = [a for a in argv if a != "--print-config"]
+    bad = [a for a in overrides if a.startswith("-")]
+    if bad:
+        print(f"cosmos3-robot train: unknown option(s) {bad}; settings are KEY=VALUE overrides (see --help)", file=sys.stderr)
+        return 2
+    try:
+        cfg = compose(overrides)
+    except ValueError as e:
+        print(f"cosmos3-robot train: {e}", file=sys.stderr)
+        return 2
+    import yaml
+
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    if print_only:
+        print(text)
+        return 0
+    return run(cfg, config_text=text)
+
+
+def run(cfg: TrainConfig, config_text: str | None = None) -> int:
+    from .distributed import init_distributed, shutdown
+    from .trainer import Trainer, build_model
+
+    info = init_distributed(cfg.distributed.backend)
+    try:
+        model, vit = build_model(cfg)
+        data = build_data(cfg, model.config)
+        trainer = Trainer(cfg, data, model=model, vit=vit, dist_info=info)
+        if info.is_main and config_text is not None:
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.out) / "config.yaml").write_text(config_text)
+        summary = trainer.fit()
+        if info.is_main:
+            print(f"trained {summary['step']} steps in {summary['seconds']:.1f} s; final loss {summary['final_loss']:.4f}")
+            print(f"model: {summary['model']}  metrics: {summary['metrics']}  plots: {', '.join(summary['plots'])}")
+    finally:
+        shutdown()
+    return 0
