@@ -319,7 +319,7 @@ def _check_vocab(tok, model_cfg: ModelConfig) -> None:
         )
 
 
-def _clip_dataset(cfg: DataConfig, spec: ClipSpec, episodes: list[int]) -> ClipDataset:
+def _clip_dataset(cfg: DataConfig, spec: ClipSpec, episodes: list[int] | None) -> ClipDataset:
     return ClipDataset(
         ClipDatasetConfig(
             repo_id=cfg.repo_id,
@@ -390,14 +390,17 @@ class GeneratorData:
         self.spec = cfg.clip_spec()
         self.frame_step, self.action_step = self.spec.steps(self.fps, self.name)
         self.split = _split(cfg, meta, self.name)
-        self.train_ds = _clip_dataset(cfg, self.spec, self.split.train)
-        self.val_ds = _clip_dataset(cfg, self.spec, self.split.val) if self.split.val else None
-        self.train_idx = np.flatnonzero(_anchor_frames(self.train_ds) % cfg.clip_stride == 0)
-        self.val_idx = (
-            np.flatnonzero(_anchor_frames(self.val_ds) % cfg.clip_stride == 0)
-            if self.val_ds is not None
-            else None
-        )
+        # One ClipDataset over every episode; the split picks clip indices (clips never cross episodes).
+        self.ds = _clip_dataset(cfg, self.spec, None)
+        episode = self.ds._episode[self.ds.anchors]
+        on_grid = _anchor_frames(self.ds) % cfg.clip_stride == 0
+        self.train_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.train))
+        self.val_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.val))
+        if len(self.train_idx) == 0:
+            raise ValueError(
+                f"dataset {self.name}: the training episodes {self.split.train} hold no clip of "
+                f"{cfg.num_frames} frames / {cfg.num_actions} actions; use pad=True or shorter clips"
+            )
 
         # Actions: this dataset's statistics, padded to the model's action width.
         self.action_transform: ActionTransform | None = None
@@ -481,8 +484,8 @@ class GeneratorData:
         base = DEFAULT_CACHE_DIR if cfg.latent_cache is True else Path(cfg.latent_cache)
         phases, stride = self._cache_layout()
         what = {
-            "dataset": str(self.train_ds.lerobot.root.resolve()),
-            "repo_id": self.train_ds.lerobot.repo_id,
+            "dataset": str(Path(self.ds.lerobot.root).resolve()),
+            "repo_id": self.ds.lerobot.repo_id,
             "image_key": cfg.image_key,
             "image_size": self.image_size,
             "clip_frames": cfg.num_frames,
@@ -518,7 +521,7 @@ class GeneratorData:
     def train_batches(self, epoch: int) -> Iterator[ClipBatch]:
         plan = self._plan(epoch)
         loaders = {
-            "robot": _loader(self.train_ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
+            "robot": _loader(self.ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
             "free": _loader(self.free_ds, [b for k, b in plan if k == "free"], self.cfg.num_workers),
         }
         for kind, _ in plan:
@@ -528,10 +531,8 @@ class GeneratorData:
     def val_batches(self) -> list[ClipBatch]:
         if self._val is None:
             self._val = []
-            if self.val_ds is not None:
-                for b in _val_indices(len(self.val_idx), self.cfg.batch_size, self.cfg.max_val_batches):
-                    samples = [self.val_ds[int(self.val_idx[i])] for i in b]
-                    self._val.append(self.robot_batch(samples))
+            for b in _val_indices(len(self.val_idx), self.cfg.batch_size, self.cfg.max_val_batches):
+                self._val.append(self.robot_batch([self.ds[int(self.val_idx[i])] for i in b]))
         return self._val
 
     def _video(self, samples: list[dict[str, Any]], keys: list[tuple[int, int]] | None) -> dict[str, Tensor]:
@@ -588,7 +589,7 @@ class GeneratorData:
             "tokenizer": self.tokenizer.state(),
             "action_transform": self.action_transform.state_dict() if self.action_transform else None,
             "embodiments": self.embodiments.state_dict(),
-            "normalizer": self.train_ds.normalizer.state_dict() if self.train_ds.normalizer else None,
+            "normalizer": self.ds.normalizer.state_dict() if self.ds.normalizer else None,
             "vae": {
                 "path": self.cfg.vae,
                 "preset": None if self.cfg.vae else self.cfg.vae_preset,
@@ -614,7 +615,8 @@ class _FirstFrames(Dataset):
         return len(self.ds)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"frame": self.ds[i]["video"][0]}  # (3, H, W)
+        video = self.ds[i]["video"]  # (1, 3, H, W), or (3, H, W): LeRobot drops a length-1 time axis
+        return {"frame": video[0] if video.ndim == 4 else video}
 
 
 class ReasonerData:
@@ -653,10 +655,10 @@ class ReasonerData:
             self.vit_size = max(unit, size // unit * unit)
         self.split = _split(cfg, meta, self.name)
         spec = ClipSpec(num_frames=1, num_actions=0)
-        self.train_ds = _clip_dataset(cfg, spec, self.split.train)
-        self.val_ds = _clip_dataset(cfg, spec, self.split.val) if self.split.val else None
-        self.train_rows = self._rows(self.train_ds)
-        self.val_rows = self._rows(self.val_ds) if self.val_ds is not None else []
+        self.ds = _clip_dataset(cfg, spec, None)
+        rows = self._rows(self.ds)
+        self.train_rows = [r for r in rows if r["episode"] in set(self.split.train)]
+        self.val_rows = [r for r in rows if r["episode"] in set(self.split.val)]
         self._val: list[TextBatch] | None = None
 
     def _rows(self, ds: ClipDataset) -> list[dict[str, Any]]:
@@ -730,26 +732,26 @@ class ReasonerData:
             }
         return TextBatch(input_ids=ids, lengths=lengths, labels=labels, reason_kwargs=kwargs)
 
-    def _batches(
-        self, ds: ClipDataset, rows: list[dict[str, Any]], plan: list[list[int]]
-    ) -> Iterator[TextBatch]:
+    def _batches(self, rows: list[dict[str, Any]], plan: list[list[int]]) -> Iterator[TextBatch]:
         if self.vit is None:
             for b in plan:
                 yield self.text_batch([rows[i] for i in b])
             return
-        loader = _loader(_FirstFrames(ds), [[rows[i]["row"] for i in b] for b in plan], self.cfg.num_workers)
+        loader = _loader(
+            _FirstFrames(self.ds), [[rows[i]["row"] for i in b] for b in plan], self.cfg.num_workers
+        )
         for b, samples in zip(plan, loader, strict=True):
             yield self.text_batch([rows[i] for i in b], [s["frame"] for s in samples])
 
     def train_batches(self, epoch: int) -> Iterator[TextBatch]:
         rng = np.random.default_rng([self.cfg.seed, epoch])
         plan = _chunks(rng.permutation(len(self.train_rows)), self.cfg.batch_size)
-        return self._batches(self.train_ds, self.train_rows, plan)
+        return self._batches(self.train_rows, plan)
 
     def val_batches(self) -> list[TextBatch]:
         if self._val is None:
             plan = _val_indices(len(self.val_rows), self.cfg.batch_size, self.cfg.max_val_batches)
-            self._val = list(self._batches(self.val_ds, self.val_rows, plan)) if plan else []
+            self._val = list(self._batches(self.val_rows, plan)) if plan else []
         return self._val
 
     def state(self) -> dict[str, Any]:
