@@ -237,10 +237,9 @@ def test_bad_latents_and_times_raise(tiny_vae: VideoVAE) -> None:
         VideoVAEConfig(latent_channels=8, latents_mean=[0.0] * 4)
 
 
-# ---- the train-vae command end to end (writes a LeRobot dataset: slow) --------------------------
+# ---- the train-vae command end to end (writes a small LeRobot dataset; ~8 s) ----------------------
 
 
-@pytest.mark.slow
 def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
     import numpy as np
     from lerobot.datasets.lerobot_dataset import LeRobotDataset

@@ -18,7 +18,6 @@ previous checkpoint untouched. After a save, all but the newest `keep_last` chec
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -331,10 +330,3 @@ def load_checkpoint(folder: str | Path) -> Snapshot:
         data_state=meta.get("data_state", {}),
         trainer_state=meta.get("trainer_state", {}),
     )
-
-
-def fsync_tree(path: Path) -> None:  # pragma: no cover - used by callers that copy checkpoints
-    for p in Path(path).rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())

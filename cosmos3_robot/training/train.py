@@ -40,7 +40,7 @@ schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error).
   model=tiny|sim-small                         model preset (conf/model/*.yaml)
   model.init=PATH  model.vit=tiny|sim-small    start from a save_model folder; train a ViT
   stage=reasoner|generator  steps=N  seed=S  precision=fp32|bf16  out=DIR
-  data.source=synthetic|<name>  data.root=DIR  data.batch_size=B (global)  data.options.K=V
+  data.source=synthetic|lerobot  data.root=DIR  data.batch_size=B (global)  data.options.K=V
   optim.lr=  optim.warmup_steps=  optim.weight_decay=  optim.grad_clip=  optim.min_lr_ratio=
   generator.modes='{{forward_dynamics:0.3,inverse_dynamics:0.3,policy:0.3,video:0.1}}'
   generator.mode_mix=per_sample|per_batch  generator.prompt_dropout=P  generator.sigma.shift=S
@@ -156,26 +156,31 @@ class SyntheticData:
             yield self._make(torch.Generator().manual_seed(self.seed * 7919 + epoch * 1000 + i))
 
     def val_batches(self) -> list[Any]:
-        return [self._make(torch.Generator().manual_seed(-1 - self.seed * 7919 - i)) for i in range(self.n_val)]
+        return [
+            self._make(torch.Generator().manual_seed(-1 - self.seed * 7919 - i)) for i in range(self.n_val)
+        ]
 
     def state(self) -> dict:
         return {"source": "synthetic", "seed": self.seed, "batch_size": self.b, "frames": self.frames,
                 "grid": self.grid, "actions": self.actions, "action_free": self.action_free}  # fmt: skip
 
 
-def build_data(cfg: TrainConfig, model_config: ModelConfig):
-    """DataSource for cfg.data: synthetic here, anything else from cosmos3_robot.training.data."""
+def build_data(cfg: TrainConfig, model_config: ModelConfig, vit=None):
+    """The DataSource for cfg.data: "synthetic" here; "lerobot" from cosmos3_robot.training.data
+    (data.root / data.repo_id / data.batch_size / data.seed, and data.options = its DataConfig fields)."""
     d = cfg.data
     if d.source == "synthetic":
         return SyntheticData(model_config, cfg.stage, d.batch_size, seed=d.seed, **d.options)
-    try:
-        from cosmos3_robot.training import data as data_module
-    except ImportError as e:
-        raise ValueError(
-            f"data.source={d.source!r} needs cosmos3_robot.training.data, which is not available ({e}); "
-            "use data.source=synthetic"
-        ) from e
-    return data_module.build_source(d, cfg.stage, model_config)
+    if d.source != "lerobot":
+        raise ValueError(f"data.source={d.source!r}; choose 'synthetic' or 'lerobot'")
+    from cosmos3_robot.training import data as data_module
+
+    dcfg = data_module.DataConfig(
+        root=d.root, repo_id=d.repo_id, batch_size=d.batch_size, seed=d.seed, **d.options
+    )
+    if cfg.stage == "reasoner":
+        return data_module.make_reasoner_data(dcfg, model_config, vit)
+    return data_module.make_generator_data(dcfg, model_config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -224,7 +229,10 @@ def main(argv: list[str]) -> int:
     overrides = [a for a in argv if a != "--print-config"]
     bad = [a for a in overrides if a.startswith("-")]
     if bad:
-        print(f"cosmos3-robot train: unknown option(s) {bad}; settings are KEY=VALUE overrides (see --help)", file=sys.stderr)
+        print(
+            f"cosmos3-robot train: unknown option(s) {bad}; settings are KEY=VALUE overrides (see --help)",
+            file=sys.stderr,
+        )
         return 2
     try:
         cfg = compose(overrides)
@@ -247,15 +255,19 @@ def run(cfg: TrainConfig, config_text: str | None = None) -> int:
     info = init_distributed(cfg.distributed.backend)
     try:
         model, vit = build_model(cfg)
-        data = build_data(cfg, model.config)
+        data = build_data(cfg, model.config, vit)
         trainer = Trainer(cfg, data, model=model, vit=vit, dist_info=info)
         if info.is_main and config_text is not None:
             Path(cfg.out).mkdir(parents=True, exist_ok=True)
             (Path(cfg.out) / "config.yaml").write_text(config_text)
         summary = trainer.fit()
         if info.is_main:
-            print(f"trained {summary['step']} steps in {summary['seconds']:.1f} s; final loss {summary['final_loss']:.4f}")
-            print(f"model: {summary['model']}  metrics: {summary['metrics']}  plots: {', '.join(summary['plots'])}")
+            print(
+                f"trained {summary['step']} steps in {summary['seconds']:.1f} s; final loss {summary['final_loss']:.4f}"
+            )
+            print(
+                f"model: {summary['model']}  metrics: {summary['metrics']}  plots: {', '.join(summary['plots'])}"
+            )
     finally:
         shutdown()
     return 0

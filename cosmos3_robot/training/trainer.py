@@ -80,6 +80,22 @@ def select_cache(cache: ReasonerCache, idx: Tensor) -> ReasonerCache:
     )
 
 
+def shard_batch(batch: Any, b: int, start: int, stop: int) -> Any:
+    """Rows [start, stop) of a global batch. A TextBatch's ViT patches (N, patch_dim) are split by
+    each image's grid (t·h·w patches per sample), not by their first dimension."""
+    if start == 0 and stop == b:
+        return batch
+    kw = getattr(batch, "reason_kwargs", None) or {}
+    if "pixel_values" in kw and "image_grid_thw" in kw:
+        per = kw["image_grid_thw"].prod(-1).tolist()
+        lo, hi = sum(per[:start]), sum(per[:stop])
+        rest = {k: v for k, v in kw.items() if k not in ("pixel_values", "image_grid_thw")}
+        out = shard_rows(dataclasses.replace(batch, reason_kwargs=rest), b, start, stop)
+        pix = {"pixel_values": kw["pixel_values"][lo:hi], "image_grid_thw": kw["image_grid_thw"][start:stop]}
+        return dataclasses.replace(out, reason_kwargs={**out.reason_kwargs, **pix})
+    return shard_rows(batch, b, start, stop)
+
+
 def count_tokens(batch: Any, patch: int) -> int:
     """Tokens the model processes for a batch: prompt tokens (+ Generator tokens for clips)."""
     n = int(batch.lengths.sum())
@@ -119,21 +135,10 @@ class StageLoss(nn.Module):
         return self._clips(batch, plan)
 
     def _text(self, batch: Any, plan: dict[str, Any]):
-        kwargs = dict(batch.reason_kwargs or {})
-        pixel_keys = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
-        if any(k in kwargs for k in pixel_keys):  # images in the prompt: the ViT trains with the Reasoner
-            from cosmos3_robot.model.multimodal import VisionTokenIds, build_reasoner_inputs
-
-            token_ids = kwargs.pop("token_ids", VisionTokenIds())
-            pix = {k: kwargs.pop(k) for k in pixel_keys if k in kwargs}
-            kwargs.update(
-                build_reasoner_inputs(
-                    self.model, self.vit, batch.input_ids, token_ids, lengths=batch.lengths, **pix
-                ).reason_kwargs()
-            )
-        kwargs.setdefault("lengths", batch.lengths)
-        if "inputs_embeds" not in kwargs:
-            kwargs["input_ids"] = batch.input_ids
+        if hasattr(batch, "reasoner_inputs"):  # data.TextBatch: runs the ViT on its images, if any
+            kwargs = batch.reasoner_inputs(self.model, self.vit)
+        else:
+            kwargs = {"input_ids": batch.input_ids, "lengths": batch.lengths, **(batch.reason_kwargs or {})}
         logits = self.model.reason(**kwargs, logits=True).logits  # (B, L, V)
         labels = batch.labels
         ce = F.cross_entropy(
@@ -149,15 +154,20 @@ class StageLoss(nn.Module):
         modes: list[str] = plan["modes"]
         gen = torch.Generator(device=batch.input_ids.device).manual_seed(plan["noise_seed"])
         objective, stats = None, {}
-        for mode in sorted(set(modes)):
-            idx = torch.tensor([i for i, m in enumerate(modes) if m == mode], device=batch.input_ids.device)
+        # FSDP needs the same sequence of forward calls on every rank: there the plan lists every
+        # mode of the global batch ("run_modes"); a mode without samples here runs on one sample, weight 0.
+        for mode in plan.get("run_modes") or sorted(set(modes)):
+            rows = [i for i, m in enumerate(modes) if m == mode]
+            idx = torch.tensor(rows or [0], device=batch.input_ids.device)
             sub = batch if len(idx) == batch.batch else batch.select(idx)
             sub_cache = cache if len(idx) == batch.batch else select_cache(cache, idx)
-            loss, _ = self.heads[mode].loss(model, sub, sub_cache, self.sigma, gen, self.weights)
-            term = loss * (len(idx) / plan["norm"])
+            g = gen if rows else torch.Generator(device=gen.device).manual_seed(0)  # keep `gen`'s draws
+            loss, _ = self.heads[mode].loss(model, sub, sub_cache, self.sigma, g, self.weights)
+            term = loss * (len(rows) / plan["norm"])
             objective = term if objective is None else objective + term
-            n = torch.tensor(float(len(idx)))
-            stats[mode] = (loss.detach().float() * n, n)
+            if rows:
+                n = torch.tensor(float(len(rows)))
+                stats[mode] = (loss.detach().float() * n, n)
         return objective, stats
 
 
@@ -177,9 +187,6 @@ def build_model(cfg: TrainConfig) -> tuple[MoT, ViT | None]:
         vit = None
     if cfg.model.vit and vit is None:
         vit = ViT(vit_preset(cfg.model.vit, model.config.reasoner.hidden_size))
-    if cfg.stage == "generator" and cfg.generator.prompt_dropout > 0:
-        # The model has seen the null prompt, so classifier-free guidance is meaningful at sampling.
-        model.config = dataclasses.replace(model.config, null_condition=True)
     return model, vit
 
 
@@ -212,10 +219,15 @@ class Trainer:
             model.to(self.dist.device),
             vit.to(self.dist.device) if vit is not None else None,
         )
+        if cfg.stage == "generator" and cfg.generator.prompt_dropout > 0:
+            # The model sees the null prompt in training, so classifier-free guidance is meaningful.
+            self.model.config = dataclasses.replace(self.model.config, null_condition=True)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
-        self._setup_stage()
+        self._freeze()
+        # Wrap before building the optimiser: FSDP2 replaces parameters by sharded DTensors.
         self.loss_module = wrap(StageLoss(self.model, self.vit, cfg), cfg.distributed.strategy, self.dist)
+        self._build_optimizer()
         self.generator = torch.Generator().manual_seed(cfg.seed)  # modes, prompt dropout
         self.step = 0
         self.epoch = 0
@@ -224,26 +236,28 @@ class Trainer:
         self._data_iter: Iterator[Any] | None = None
 
     # -- what trains ------------------------------------------------------------------------------
-    def _setup_stage(self) -> None:
+    def _freeze(self) -> None:
+        """requires_grad only on the stage's parameters (the other tower, and in stage 2 the ViT, frozen)."""
         model, vit, stage = self.model, self.vit, self.cfg.stage
         if stage == "generator" and model.config.generator is None:
             raise ValueError(
                 "stage 'generator' needs a model with a Generator tower (this one is Reasoner-only)"
             )
-        train_ids = {
-            id(p)
-            for p in (model.reasoner_parameters() if stage == "reasoner" else model.generator_parameters())
-        }
-        named = [(n, p) for n, p in model.named_parameters() if id(p) in train_ids]
+        params = model.reasoner_parameters() if stage == "reasoner" else model.generator_parameters()
+        train_ids = {id(p) for p in params}
+        model.requires_grad_(False)
+        for p in model.parameters():
+            if id(p) in train_ids:
+                p.requires_grad_(True)
         if vit is not None:
             vit.requires_grad_(stage == "reasoner")
-            if stage == "reasoner":
-                named += [(f"vit.{n}", p) for n, p in vit.named_parameters()]
-        model.requires_grad_(False)
-        for _, p in named:
-            p.requires_grad_(True)
+
+    def _build_optimizer(self) -> None:
+        stage = self.cfg.stage
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        if self.vit is not None and stage == "reasoner":
+            named += [(f"vit.{n}", p) for n, p in self.vit.named_parameters()]
         self.named_params = named
-        self.param_names = [n for n, _ in named]
         decay = [p for _, p in named if p.ndim >= 2]
         no_decay = [p for _, p in named if p.ndim < 2]
         o = self.cfg.optim
@@ -348,14 +362,16 @@ class Trainer:
         chunks = list(self._chunks(batch))
         sums: dict[str, list[Tensor]] = {}
         for k, (s, e, c) in enumerate(chunks):
-            chunk = shard_rows(batch, b, s, e)
-            if isinstance(chunk, ClipBatch):
+            chunk = shard_batch(batch, b, s, e)
+            if self.dist.device.type != "cpu":
                 chunk = chunk.to(self.dist.device)
             plan = {
                 "norm": norm,
                 "modes": modes[s:e] if modes else None,
                 "noise_seed": self._noise_seed(step, c),
             }
+            if modes and self.dist.enabled and cfg.distributed.strategy == "fsdp":
+                plan["run_modes"] = sorted(set(modes))  # the global batch's modes: same on every rank
             sync = k == len(chunks) - 1
             ctx = (
                 self.loss_module.no_sync()
@@ -416,10 +432,11 @@ class Trainer:
             for i, batch in enumerate(batches):
                 self._check_batch(batch)
                 b = batch_size(batch)
+                if self.dist.device.type != "cpu":
+                    batch = batch.to(self.dist.device)
                 if is_text(batch):
                     plans = [("text", {"norm": 1.0, "modes": None, "noise_seed": 0})]
                 else:
-                    batch = batch.to(self.dist.device)
                     modes = (
                         ["video"]
                         if batch.action is None

@@ -1,0 +1,154 @@
+"""Env-facing runners over a `WorldModel`: policy (`act(obs)` with an action-chunk queue), the
+inverse-dynamics labeller, and the forward-dynamics model as a learned simulator.
+
+Each runner builds a `ClipBatch` in the geometry the model was trained on, asks the matching task
+head to sample, and converts back to env units. The Reasoner runs once per request; only the
+Generator runs per denoising step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cosmos3_robot.flow import make_sampler
+from cosmos3_robot.tasks import make_task
+
+from .world_model import WorldModel
+
+
+@dataclass
+class SamplingConfig:
+    steps: int = 10
+    sampler: str = "euler"
+    shift: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps <= 0:
+            raise ValueError(f"SamplingConfig.steps must be > 0, got {self.steps}")
+        make_sampler(self.sampler)  # validates the name
+
+
+@dataclass
+class PolicyRunner:
+    """Closed-loop policy: every `execute` env steps, sample an action chunk from the current frame.
+
+    `act(obs, task)` takes a Gymnasium observation dict (`pixels` H×W×3 uint8) and returns one action.
+    """
+
+    world: WorldModel
+    execute: int = 4  # actions taken from each sampled chunk before re-planning
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def __post_init__(self) -> None:
+        g = self.world.geometry
+        if self.world.actions is None:
+            raise ValueError("PolicyRunner needs a world model trained with actions")
+        if not 1 <= self.execute <= g.num_actions:
+            raise ValueError(f"execute={self.execute} must lie in [1, {g.num_actions}] (the chunk length)")
+        if g.action_step != 1:
+            raise ValueError(
+                f"the model predicts one action every {g.action_step} dataset frames; a closed-loop "
+                "policy needs one per env step (train with action_hz = the dataset fps)"
+            )
+        self.head = make_task("policy")
+        self.queue: deque[np.ndarray] = deque()
+        self.generator = torch.Generator().manual_seed(self.sampling.seed)
+
+    def reset(self) -> None:
+        self.queue.clear()
+
+    def plan(self, pixels: np.ndarray, task: str) -> np.ndarray:
+        """One frame (H, W, 3) uint8 -> an action chunk (Na, A) in env units."""
+        frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
+        batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1)
+        out = self.head.sample(
+            self.world.model,
+            batch,
+            make_sampler(self.sampling.sampler),
+            self.sampling.steps,
+            shift=self.sampling.shift,
+            generator=self.generator,
+        )
+        return self.world.raw_actions(out["action"])[0]
+
+    def act(self, obs: dict, task: str) -> np.ndarray:
+        if not self.queue:
+            self.queue.extend(self.plan(obs["pixels"], task)[: self.execute])
+        return self.queue.popleft().astype(np.float32)
+
+
+def rollout(env_id: str, runner: PolicyRunner, episodes: int, seed: int = 0, image_size: int | None = None) -> dict:
+    """Run the policy closed loop; returns success rate and per-episode results."""
+    from cosmos3_robot.envs import make_env
+
+    kw = {"image_size": image_size or runner.world.geometry.image_size, "control_hz": int(runner.world.geometry.fps)}
+    env = make_env(env_id, **kw)
+    results = []
+    try:
+        for e in range(episodes):
+            obs, info = env.reset(seed=seed + e)
+            runner.reset()
+            task = env.unwrapped.task
+            done, steps, success = False, 0, False
+            while not done:
+                obs, _, terminated, truncated, info = env.step(runner.act(obs, task))
+                steps += 1
+                success = success or bool(info.get("is_success", False))
+                done = terminated or truncated
+            results.append({"seed": seed + e, "success": success, "steps": steps})
+    finally:
+        env.close()
+    return {"success_rate": float(np.mean([r["success"] for r in results])), "episodes": results}
+
+
+@dataclass
+class InverseDynamicsLabeller:
+    """Action-free video -> actions. Clips of the trained length are labelled one after another."""
+
+    world: WorldModel
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def label_clip(self, frames: Tensor, task: str) -> np.ndarray:
+        """frames uint8 (T, H, W, 3) with T = the trained clip length -> actions (Na, A)."""
+        g = self.world.geometry
+        if frames.shape[0] != g.num_frames:
+            raise ValueError(f"a clip must have {g.num_frames} frames (the trained clip length), got {frames.shape[0]}")
+        latents = self.world.encode_frames(frames[None])
+        batch = self.world.clip_batch([task], latents, obs_frames=g.latent_frames)
+        out = make_task("inverse_dynamics").sample(
+            self.world.model,
+            batch,
+            make_sampler(self.sampling.sampler),
+            self.sampling.steps,
+            shift=self.sampling.shift,
+            generator=torch.Generator().manual_seed(self.sampling.seed),
+        )
+        return self.world.raw_actions(out["action"])[0]
+
+
+@dataclass
+class LearnedSimulator:
+    """Forward dynamics: the current frame + an action chunk -> the future frames."""
+
+    world: WorldModel
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def predict(self, frames: Tensor, actions: Tensor, task: str) -> Tensor:
+        """frames uint8 (B, T_obs, H, W, 3) observed; actions raw (B, Na, A) -> latents (B, C, T_lat, h, w)."""
+        latents = self.world.encode_frames(frames)
+        batch = self.world.clip_batch([task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2])
+        out = make_task("forward_dynamics").sample(
+            self.world.model,
+            batch,
+            make_sampler(self.sampling.sampler),
+            self.sampling.steps,
+            shift=self.sampling.shift,
+            generator=torch.Generator().manual_seed(self.sampling.seed),
+        )
+        return out["video"]
