@@ -103,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="sim-small", help="model preset (tiny, sim-small)")
     p.add_argument("--steps", type=int, default=10, help="denoising steps per request")
     p.add_argument("--ar-len", type=int, default=256, help="Reasoner tokens per request")
-    p.add_argument("--reps", type=int, default=3, help="timed repetitions (median reported)")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions (median reported)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--train-batch", type=int, default=32, help="clips per training step (MFU measurement)")
+    p.add_argument(
+        "--request-batch", type=int, default=1, help="requests per call of the headline KV-reuse figure (1 and 4 are always measured)"
+    )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/speed.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -126,28 +130,32 @@ def main(argv: list[str] | None = None) -> int:
     # --- KV reuse: AR segment 4x the DM segment --------------------------------------------------
     # DM tokens: (frames x grid/2 x grid/2) video tokens + actions. Pick a grid so DM ≈ AR / 4.
     frames, grid, actions = 2, 10, 14  # 2 * 25 + 14 = 64 DM tokens
-    gen, prompt = make_request(cfg, 1, frames, grid, actions, args.ar_len, g)
-    ld = sum(s.length for _, s in gen.items())
-    res["ar_tokens"], res["dm_tokens"] = args.ar_len, ld
-
-    def run(reuse: bool):
-        sample(
-            model,
-            gen,
-            EulerSampler(),
-            prompt,
-            num_steps=args.steps,
-            reuse_cache=reuse,
-            generator=torch.Generator().manual_seed(1),
-        )
-
-    with torch.inference_mode():
-        res["denoise_ms_cached"] = timed(lambda: run(True), args.reps)
-        res["denoise_ms_uncached"] = timed(lambda: run(False), args.reps)
-    res["kv_reuse_speedup"] = res["denoise_ms_uncached"] / res["denoise_ms_cached"]
+    res["ar_tokens"], res["dm_tokens"] = args.ar_len, 2 * (grid // 2) ** 2 + actions
     f_ar = reasoner_flops(cfg, args.ar_len, logits=False)
-    f_dm = generator_flops(cfg, args.ar_len, ld)
+    f_dm = generator_flops(cfg, args.ar_len, res["dm_tokens"])
     res["kv_reuse_flop_ratio"] = args.steps * (f_ar + f_dm) / (f_ar + args.steps * f_dm)
+    kv = {}
+    for b in sorted({1, 4, args.request_batch}):
+        gen, prompt = make_request(cfg, b, frames, grid, actions, args.ar_len, g)
+
+        def run(reuse: bool, gen=gen, prompt=prompt):
+            sample(model, gen, EulerSampler(), prompt, num_steps=args.steps, reuse_cache=reuse,
+                   generator=torch.Generator().manual_seed(1))  # fmt: skip
+
+        with torch.inference_mode():
+            cached = timed(lambda run=run: run(True), args.reps)
+            uncached = timed(lambda run=run: run(False), args.reps)
+        kv[b] = {
+            "denoise_ms_cached": cached,
+            "denoise_ms_uncached": uncached,
+            "kv_reuse_speedup": uncached / cached,
+        }
+    # Headline: --request-batch requests per call (default 1); batches 1 and 4 are reported beside it.
+    head = kv[args.request_batch]
+    res["request_batch"] = args.request_batch
+    res.update(head)
+    res["kv_reuse_by_batch"] = {str(b): v for b, v in kv.items()}
+    ld = res["dm_tokens"]
 
     # --- Reasoner only vs transformers ----------------------------------------------------------
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     res["reason_only_batch"] = 4
 
     # --- Training step MFU -----------------------------------------------------------------------
-    bt = 8
+    bt = args.train_batch
     train_model = MoT(cfg).train()
     opt = torch.optim.AdamW(train_model.generator_parameters(), lr=1e-4)
     tgen, tprompt = make_request(cfg, bt, frames, grid, actions, 64, g)
@@ -231,12 +239,18 @@ def main(argv: list[str] | None = None) -> int:
             "matmul peak fp32 / bf16 (GFLOP/s)",
             f"{res['matmul_peak_gflops']['fp32']:.1f} / {res['matmul_peak_gflops']['bf16']:.1f}",
         ),
-        (
-            f"request, {args.steps} steps, AR {args.ar_len} / DM {ld} tokens: cached (ms)",
-            f"{res['denoise_ms_cached']:.1f}",
-        ),
-        ("  uncached, recompute every step (ms)", f"{res['denoise_ms_uncached']:.1f}"),
-        ("  kv_reuse_speedup (measured)", f"{res['kv_reuse_speedup']:.2f}x"),
+        *[
+            row
+            for b, v in kv.items()
+            for row in (
+                (
+                    f"batch {b}: {args.steps} steps, AR {args.ar_len} / DM {ld} tokens, cached (ms)",
+                    f"{v['denoise_ms_cached']:.1f}",
+                ),
+                ("  uncached, recompute every step (ms)", f"{v['denoise_ms_uncached']:.1f}"),
+                ("  kv_reuse_speedup (measured)", f"{v['kv_reuse_speedup']:.2f}x"),
+            )
+        ],
         ("  kv_reuse_flop_ratio (theory)", f"{res['kv_reuse_flop_ratio']:.2f}x"),
         (f"Reasoner-only forward, batch 4 x {args.ar_len} (ms)", f"{ours_ms:.1f}"),
         ("  transformers Qwen3ForCausalLM, same dims (ms)", f"{hf_ms:.1f}"),

@@ -75,6 +75,34 @@ class WorldModel:
         at = data_state.get("action_transform")
         self.actions = ActionTransform.from_state_dict(at) if at else None
 
+    @classmethod
+    def from_folder(cls, folder, vae: VideoVAE | None = None) -> WorldModel:
+        """A trained model folder (`Trainer.export`: weights, config, data_state.json)."""
+        import json
+        from pathlib import Path
+
+        from cosmos3_robot.model.checkpoint import load_model
+        from cosmos3_robot.model.vae import vae_config
+
+        folder = Path(folder)
+        state_path = folder / "data_state.json"
+        if not state_path.exists():
+            raise FileNotFoundError(
+                f"{state_path} is missing: a world model needs the data state its trainer exported "
+                "(normalisation stats, tokenizer, clip geometry, VAE)"
+            )
+        state = json.loads(state_path.read_text())
+        model, _, _ = load_model(folder)
+        if vae is None:
+            info = state.get("vae") or {}
+            if info.get("path"):
+                vae = VideoVAE.from_pretrained(info["path"])
+            else:  # trained on a random frozen VAE (smoke runs): rebuild it from its seed
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(int(state["data_config"]["seed"]))
+                    vae = VideoVAE(vae_config(info["preset"], latent_channels=model.config.latent_channels))
+        return cls(model, vae, state)
+
     @property
     def embodiment(self) -> int:
         if self.actions is None:

@@ -554,6 +554,8 @@ class Trainer:
                 if snap.vit_state is not None:
                     _save_tensors(tmp / "vit.safetensors", snap.vit_state)
                 _write_json(tmp / "config.json", ckpt._model_config_json(snap))
+                # Normalisation stats, tokenizer, clip geometry and VAE travel with the weights.
+                _write_json(tmp / "data_state.json", json.loads(json.dumps(self.data.state())))
         barrier(self.dist)
         return folder
 
