@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     if not (vae_dir / "vae" / "config.json").exists():
         vae_train.main([
             "--repo-id", "local/demo", "--root", str(data_root), "--out", str(vae_dir), "--preset", "sim-small",
-            "--size", str(args.image_size), "--steps", "100000", "--max-minutes", str(args.vae_minutes),
+            "--size", str(args.image_size), "--steps", str(int(300 * args.vae_minutes)), "--max-minutes", str(args.vae_minutes),
             "--eval-every", "100", "--holdout-episodes", "2",
         ])  # fmt: skip
     timings["vae_s"] = time.perf_counter() - t
@@ -158,7 +158,8 @@ def main(argv: list[str]) -> int:
     data = build_data(cfg, model.config, vit)
     summary = Trainer(cfg, data, model=model, vit=vit).fit()
     timings["train_s"] = time.perf_counter() - t
-    print(f"   final loss {summary['final_loss']:.4f}; plots {summary['plots']}")
+    loss = summary["final_loss"]
+    print(f"   final loss {'(resumed, already trained)' if loss is None else f'{loss:.4f}'}; plots {summary['plots']}")
 
     t = _step("4/4 measure on held-out episodes")
     from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, rollout
@@ -171,7 +172,7 @@ def main(argv: list[str]) -> int:
     timings["eval_s"] = time.perf_counter() - t
 
     results = {"env": args.env, "preset": args.preset, **open_loop,
-               "policy_success_rate": closed["success_rate"], "expert_success_rate_recorded": rec.successes / max(1, rec.new_episodes) if rec.new_episodes else None,
+               "policy_success_rate": closed["success_rate"], "expert_success_rate_recorded": float(np.mean(rec.successes)) if rec.successes else None,
                "policy_episodes": closed["episodes"], "train": {k: summary[k] for k in ("step", "seconds", "final_loss")},
                "timings_s": timings}  # fmt: skip
     path = out / "demo_results.json"
