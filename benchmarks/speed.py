@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--train-batch", type=int, default=32, help="clips per training step (MFU measurement)")
     p.add_argument(
-        "--request-batch", type=int, default=1, help="requests per call of the headline KV-reuse figure (1 and 4 are always measured)"
+        "--request-batch",
+        type=int,
+        default=1,
+        help="requests per call of the headline KV-reuse figure (1 and 4 are always measured)",
     )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/speed.json"))
     args = p.parse_args(argv)

@@ -29,7 +29,9 @@ import torch
 
 
 def info_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="cosmos3-robot info", description="Print model presets and their sizes.")
+    parser = argparse.ArgumentParser(
+        prog="cosmos3-robot info", description="Print model presets and their sizes."
+    )
     parser.parse_args(argv)
     from cosmos3_robot.model import MoT, count_parameters
     from cosmos3_robot.model.config import PRESETS, preset
@@ -66,9 +68,16 @@ def evaluate(world, data, clips: int, sampling_steps: int) -> dict:
     batch = data.robot_batch(samples)
     g = torch.Generator().manual_seed(0)
     fd = make_task("forward_dynamics").sample(world.model, batch, EulerSampler(), sampling_steps, generator=g)
-    idm = make_task("inverse_dynamics").sample(world.model, batch, EulerSampler(), sampling_steps, generator=g)
+    idm = make_task("inverse_dynamics").sample(
+        world.model, batch, EulerSampler(), sampling_steps, generator=g
+    )
 
-    truth = torch.stack([(s["video"].float() * 255).round() if s["video"].dtype != torch.uint8 else s["video"] for s in samples])
+    truth = torch.stack(
+        [
+            (s["video"].float() * 255).round() if s["video"].dtype != torch.uint8 else s["video"]
+            for s in samples
+        ]
+    )
     truth = torch.stack([world_resize(t, world) for t in truth]).float()  # (B, T, 3, H, W)
     pred = world.decode_latents(fd["video"]).float()
     recon = world.decode_latents(batch.video).float()
@@ -125,7 +134,9 @@ def main(argv: list[str]) -> int:
     t = _step(f"1/4 record {args.episodes} expert episodes of {args.env} at {args.image_size}px")
     from cosmos3_robot.envs.record import record_dataset
 
-    rec = record_dataset(args.env, data_root, args.episodes, repo_id="local/demo", image_size=args.image_size, seed=0)
+    rec = record_dataset(
+        args.env, data_root, args.episodes, repo_id="local/demo", image_size=args.image_size, seed=0
+    )
     timings["record_s"] = time.perf_counter() - t
     print(f"   {rec.total_episodes} episodes in {data_root}")
 
@@ -159,7 +170,9 @@ def main(argv: list[str]) -> int:
     summary = Trainer(cfg, data, model=model, vit=vit).fit()
     timings["train_s"] = time.perf_counter() - t
     loss = summary["final_loss"]
-    print(f"   final loss {'(resumed, already trained)' if loss is None else f'{loss:.4f}'}; plots {summary['plots']}")
+    print(
+        f"   final loss {'(resumed, already trained)' if loss is None else f'{loss:.4f}'}; plots {summary['plots']}"
+    )
 
     t = _step("4/4 measure on held-out episodes")
     from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, rollout

@@ -82,7 +82,9 @@ def test_labeller_and_simulator_shapes(world):
     frames = frames.permute(0, 2, 3, 1)  # (T, H, W, 3)
     actions = InverseDynamicsLabeller(wm, SamplingConfig(steps=2)).label_clip(frames, s["task"])
     assert actions.shape == (4, 2) and np.isfinite(actions).all()
-    latents = LearnedSimulator(wm, SamplingConfig(steps=2)).predict(frames[None, :1], s["action"][None], s["task"])
+    latents = LearnedSimulator(wm, SamplingConfig(steps=2)).predict(
+        frames[None, :1], s["action"][None], s["task"]
+    )
     assert latents.shape[2] == 2
     with pytest.raises(ValueError, match="frames"):
         InverseDynamicsLabeller(wm).label_clip(frames[:3], s["task"])

@@ -83,11 +83,16 @@ class PolicyRunner:
         return self.queue.popleft().astype(np.float32)
 
 
-def rollout(env_id: str, runner: PolicyRunner, episodes: int, seed: int = 0, image_size: int | None = None) -> dict:
+def rollout(
+    env_id: str, runner: PolicyRunner, episodes: int, seed: int = 0, image_size: int | None = None
+) -> dict:
     """Run the policy closed loop; returns success rate and per-episode results."""
     from cosmos3_robot.envs import make_env
 
-    kw = {"image_size": image_size or runner.world.geometry.image_size, "control_hz": int(runner.world.geometry.fps)}
+    kw = {
+        "image_size": image_size or runner.world.geometry.image_size,
+        "control_hz": int(runner.world.geometry.fps),
+    }
     env = make_env(env_id, **kw)
     results = []
     try:
@@ -107,6 +112,17 @@ def rollout(env_id: str, runner: PolicyRunner, episodes: int, seed: int = 0, ima
     return {"success_rate": float(np.mean([r["success"] for r in results])), "episodes": results}
 
 
+def _sample(world: WorldModel, mode: str, batch, sampling: SamplingConfig) -> dict[str, Tensor]:
+    return make_task(mode).sample(
+        world.model,
+        batch,
+        make_sampler(sampling.sampler),
+        sampling.steps,
+        shift=sampling.shift,
+        generator=torch.Generator().manual_seed(sampling.seed),
+    )
+
+
 @dataclass
 class InverseDynamicsLabeller:
     """Action-free video -> actions. Clips of the trained length are labelled one after another."""
@@ -118,17 +134,12 @@ class InverseDynamicsLabeller:
         """frames uint8 (T, H, W, 3) with T = the trained clip length -> actions (Na, A)."""
         g = self.world.geometry
         if frames.shape[0] != g.num_frames:
-            raise ValueError(f"a clip must have {g.num_frames} frames (the trained clip length), got {frames.shape[0]}")
+            raise ValueError(
+                f"a clip must have {g.num_frames} frames (the trained clip length), got {frames.shape[0]}"
+            )
         latents = self.world.encode_frames(frames[None])
         batch = self.world.clip_batch([task], latents, obs_frames=g.latent_frames)
-        out = make_task("inverse_dynamics").sample(
-            self.world.model,
-            batch,
-            make_sampler(self.sampling.sampler),
-            self.sampling.steps,
-            shift=self.sampling.shift,
-            generator=torch.Generator().manual_seed(self.sampling.seed),
-        )
+        out = _sample(self.world, "inverse_dynamics", batch, self.sampling)
         return self.world.raw_actions(out["action"])[0]
 
 
@@ -142,13 +153,7 @@ class LearnedSimulator:
     def predict(self, frames: Tensor, actions: Tensor, task: str) -> Tensor:
         """frames uint8 (B, T_obs, H, W, 3) observed; actions raw (B, Na, A) -> latents (B, C, T_lat, h, w)."""
         latents = self.world.encode_frames(frames)
-        batch = self.world.clip_batch([task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2])
-        out = make_task("forward_dynamics").sample(
-            self.world.model,
-            batch,
-            make_sampler(self.sampling.sampler),
-            self.sampling.steps,
-            shift=self.sampling.shift,
-            generator=torch.Generator().manual_seed(self.sampling.seed),
+        batch = self.world.clip_batch(
+            [task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2]
         )
-        return out["video"]
+        return _sample(self.world, "forward_dynamics", batch, self.sampling)["video"]
