@@ -414,5 +414,7 @@ class VideoVAE(nn.Module):
         config = VideoVAEConfig.from_diffusers(
             json.loads((path / "config.json").read_text()), source=str(path)
         )
-        autoencoder = AutoencoderKLWan.from_pretrained(path, torch_dtype=dtype, local_files_only=True, low_cpu_mem_usage=False)
+        autoencoder = AutoencoderKLWan.from_pretrained(
+            path, torch_dtype=dtype, local_files_only=True, low_cpu_mem_usage=False
+        )
         return cls(config, autoencoder=autoencoder)
