@@ -8,7 +8,8 @@ The demo runs the toolkit end to end on embedded defaults, in a few minutes on 2
               policy and video prediction
   4. measure  on held-out episodes: forward-dynamics PSNR against the copy-last-frame baseline,
               inverse-dynamics action error against the mean-action baseline, and closed-loop
-              policy success against the scripted expert
+              policy success against the scripted expert; a rerun recording (.rrd) of truth vs
+              prediction
 
 Every step resumes when its output exists. Figures go to `<out>/demo_results.json`. The budgets are
 tiny, so expect a world model that beats the trivial baselines on some figures and not others; the
@@ -58,8 +59,9 @@ def _step(title: str) -> float:
     return time.perf_counter()
 
 
-def evaluate(world, data, clips: int, sampling_steps: int) -> dict:
-    """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips."""
+def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
+    """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
+    rerun recording of the first clip (truth vs prediction, frames and actions)."""
     from cosmos3_robot.flow import EulerSampler
     from cosmos3_robot.tasks import make_task
 
@@ -89,6 +91,14 @@ def evaluate(world, data, clips: int, sampling_steps: int) -> dict:
     raw_true = torch.stack([s["action"] for s in samples]).numpy()
     raw_pred = world.raw_actions(idm["action"])
     mean_action = np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64)
+    if rrd is not None:
+        from cosmos3_robot.viz.rerun_log import write_comparison
+
+        g = world.geometry
+        write_comparison(
+            rrd, truth[0].to(torch.uint8), pred[0].to(torch.uint8), fps=g.fps / g.frame_step,
+            actions_true=raw_true[0], actions_pred=raw_pred[0], action_hz=g.fps / g.action_step,
+        )  # fmt: skip
     return {
         "clips": len(samples),
         "forward_dynamics_psnr_db": _psnr(pred[:, fut], truth[:, fut]),
@@ -179,7 +189,7 @@ def main(argv: list[str]) -> int:
     from cosmos3_robot.policies.world_model import WorldModel
 
     world = WorldModel.from_folder(summary["model"])
-    open_loop = evaluate(world, data, args.eval_clips, args.sampling_steps)
+    open_loop = evaluate(world, data, args.eval_clips, args.sampling_steps, rrd=out / "forward_dynamics.rrd")
     runner = PolicyRunner(world, execute=4, sampling=SamplingConfig(steps=args.sampling_steps))
     closed = rollout(args.env, runner, args.eval_episodes, seed=10_000)
     timings["eval_s"] = time.perf_counter() - t
@@ -195,5 +205,7 @@ def main(argv: list[str]) -> int:
         print(f"  {k:<30} {results[k]:8.2f}")
     for k in ("inverse_dynamics_action_mse", "mean_action_baseline_mse", "policy_success_rate"):
         print(f"  {k:<30} {results[k]:8.4f}")
-    print(f"wrote {path}")
+    print(
+        f"wrote {path} and {out / 'forward_dynamics.rrd'} (open with: .venv/bin/rerun {out / 'forward_dynamics.rrd'})"
+    )
     return 0
