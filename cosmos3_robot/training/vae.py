@@ -57,10 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--video-fraction", type=float, default=0.3, help="share of steps that train on 5-frame clips"
     )
-    p.add_argument("--lr", type=float, default=1e-3)
+    # Defaults from the run that reached 31.7 dB held-out at 128x128 (48 latent channels, 2610 steps,
+    # 25 min on 2 cores); L1 + KL 1e-4 + lr 1e-3 plateaued near 25 dB on the same data.
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--loss", choices=("l1", "mse"), default="l1")
-    p.add_argument("--kl-weight", type=float, default=1e-4)
+    p.add_argument("--loss", choices=("l1", "mse"), default="mse")
+    p.add_argument("--kl-weight", type=float, default=1e-6)
     p.add_argument("--edge-weight", type=float, default=0.5)
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="autocast dtype for training")
     p.add_argument("--holdout-episodes", type=int, default=2)
