@@ -24,7 +24,9 @@ def test_info_prints_preset_sizes(capsys):
     assert "nano" in out and "15165.3 M" in out and "64009.3 M" in out
 
 
-@pytest.mark.parametrize("name", ["demo", "record", "train-vae", "train", "import-diffusers", "import-qwen3vl"])
+@pytest.mark.parametrize(
+    "name", ["demo", "record", "train-vae", "train", "import-diffusers", "import-qwen3vl"]
+)
 def test_subcommand_help_exits_cleanly(name, capsys):
     try:
         code = main([name, "--help"])
