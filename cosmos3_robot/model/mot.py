@@ -256,8 +256,8 @@ class MoT(nn.Module):
             raise ValueError(f"this model has no {name} projection (ModelConfig.{name}_dim is None)")
         return width
 
-    def _embed_stream(self, name: str, s: Stream, offset: Tensor) -> tuple[Tensor, Tensor]:
-        """Stream -> tokens (B, N, C) with modality and noise-level embeddings, positions (B, 3, N)."""
+    def _embed_stream(self, name: str, s: Stream) -> Tensor:
+        """Stream -> tokens (B, N, C) with modality and noise-level embeddings."""
         dtype = self.video_in.weight.dtype
         lat = s.latents.to(dtype)
         if name == "video":
@@ -269,18 +269,18 @@ class MoT(nn.Module):
         if bool(s.noisy.any()):
             t = self.time_embed(s.sigma * self.config.sigma_scale).to(x.dtype)
             x = torch.where(s.noisy[..., None], x + t, x)
-        if s.positions is not None:
-            pos = s.positions.float()
-        else:
-            pos = time_positions(s.time_s, offset, self.config.time_units_per_second)
-            if s.grid is not None:
-                pos[:, 1:] = s.grid.transpose(1, 2).float()
-        return x, pos
+        return x
 
-    def embed_generator(
-        self, cache: ReasonerCache, gen: GenInput, validate: bool = True
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """GenInput -> tokens (B, Ld, C), positions (B, 3, Ld), validity (B, Ld) or None."""
+    def _stream_positions(self, s: Stream, offset: Tensor) -> Tensor:
+        """RoPE positions (B, 3, N) of a stream: explicit, or from its timestamps and grid."""
+        if s.positions is not None:
+            return s.positions.float()
+        pos = time_positions(s.time_s, offset, self.config.time_units_per_second)
+        if s.grid is not None:
+            pos[:, 1:] = s.grid.transpose(1, 2).float()
+        return pos
+
+    def _check_generator_input(self, cache: ReasonerCache, gen: GenInput, validate: bool) -> None:
         if self.config.generator is None:
             raise ValueError(
                 "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
@@ -290,23 +290,36 @@ class MoT(nn.Module):
             raise ValueError(
                 f"the Reasoner cache was built for batch {cache.batch}, the Generator input has {b}"
             )
-        offset = cache.next_position + self.config.modality_margin
-        xs, poss, valids = [], [], []
-        for name, s in gen.items():
-            if validate:
+        if validate:
+            for name, s in gen.items():
                 s.validate(name, self._stream_width(name))
-            x, pos = self._embed_stream(name, s, offset)
-            xs.append(x)
-            poss.append(pos)
-            valids.append(s.valid_mask())
-        dm_valid = torch.cat(valids, dim=1)
-        return torch.cat(xs, dim=1), torch.cat(poss, dim=2), None if bool(dm_valid.all()) else dm_valid
+
+    def generator_positions(self, cache: ReasonerCache, gen: GenInput) -> Tensor:
+        """RoPE positions (B, 3, Ld) of a Generator request: after the Reasoner segment + margin."""
+        offset = cache.next_position + self.config.modality_margin
+        return torch.cat([self._stream_positions(s, offset) for _, s in gen.items()], dim=2)
+
+    def _embed_tokens(
+        self, cache: ReasonerCache, gen: GenInput, validate: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """GenInput -> tokens (B, Ld, C) and validity (B, Ld) or None."""
+        self._check_generator_input(cache, gen, validate)
+        x = torch.cat([self._embed_stream(name, s) for name, s in gen.items()], dim=1)
+        dm_valid = torch.cat([s.valid_mask() for _, s in gen.items()], dim=1)
+        return x, None if bool(dm_valid.all()) else dm_valid
+
+    def embed_generator(
+        self, cache: ReasonerCache, gen: GenInput, validate: bool = True
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """GenInput -> tokens (B, Ld, C), positions (B, 3, Ld), validity (B, Ld) or None."""
+        x, dm_valid = self._embed_tokens(cache, gen, validate)
+        return x, self.generator_positions(cache, gen), dm_valid
 
     def run_generator(
         self,
         cache: ReasonerCache,
         x: Tensor,
-        positions: Tensor,
+        positions: Tensor | None,
         dm_valid: Tensor | None,
         rope: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
@@ -331,7 +344,8 @@ class MoT(nn.Module):
 
         A sampler validates its request once and passes `validate=False` and the request's
         `rope = model.generator_rope(cache, gen)` on later steps: neither changes between steps."""
-        x, positions, dm_valid = self.embed_generator(cache, gen, validate)
+        x, dm_valid = self._embed_tokens(cache, gen, validate)
+        positions = self.generator_positions(cache, gen) if rope is None else None
         h = self.run_generator(cache, x, positions, dm_valid, rope)
         streams = gen.items()
         out = {}
@@ -348,9 +362,9 @@ class MoT(nn.Module):
         return out
 
     def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:
-        """RoPE (cos, sin) of a Generator request; fixed for all its denoising steps."""
-        _, positions, _ = self.embed_generator(cache, gen)
-        return self._rope(positions)
+        """RoPE (cos, sin) of a Generator request (validated here); fixed for all its denoising steps."""
+        self._check_generator_input(cache, gen, validate=True)
+        return self._rope(self.generator_positions(cache, gen))
 
     def forward(
         self,

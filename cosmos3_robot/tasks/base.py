@@ -58,26 +58,23 @@ class ClipBatch:
     def has(self, modality: str) -> bool:
         return getattr(self, modality) is not None
 
-    def to(self, device) -> ClipBatch:
+    def _map(self, fn) -> ClipBatch:
+        """A copy with fn applied to every tensor field (ints such as obs_frames stay)."""
         return replace(
             self,
             **{
-                f.name: getattr(self, f.name).to(device)
+                f.name: fn(getattr(self, f.name))
                 for f in fields(self)
                 if isinstance(getattr(self, f.name), Tensor)
             },
         )
 
+    def to(self, device) -> ClipBatch:
+        return self._map(lambda t: t.to(device))
+
     def select(self, idx: Tensor) -> ClipBatch:
         """The sub-batch at indices idx (along B)."""
-        return replace(
-            self,
-            **{
-                f.name: getattr(self, f.name)[idx]
-                for f in fields(self)
-                if isinstance(getattr(self, f.name), Tensor)
-            },
-        )
+        return self._map(lambda t: t[idx])
 
     def prompt(self) -> Prompt:
         return Prompt(self.input_ids, self.lengths)
