@@ -82,7 +82,6 @@ class WorldModel:
         from pathlib import Path
 
         from cosmos3_robot.model.checkpoint import load_model
-        from cosmos3_robot.model.vae import vae_config
 
         folder = Path(folder)
         state_path = folder / "data_state.json"
@@ -93,14 +92,10 @@ class WorldModel:
             )
         state = json.loads(state_path.read_text())
         model, _, _ = load_model(folder)
-        if vae is None:
-            info = state.get("vae") or {}
-            if info.get("path"):
-                vae = VideoVAE.from_pretrained(info["path"])
-            else:  # trained on a random frozen VAE (smoke runs): rebuild it from its seed
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(int(state["data_config"]["seed"]))
-                    vae = VideoVAE(vae_config(info["preset"], latent_channels=model.config.latent_channels))
+        if vae is None:  # the VAE the data pipeline used: its folder, or its seeded random one
+            from cosmos3_robot.training.data import DataConfig, load_vae
+
+            vae = load_vae(DataConfig(**state["data_config"]), model.config)
         return cls(model, vae, state)
 
     @property
