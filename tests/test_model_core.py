@@ -181,7 +181,7 @@ def test_rope_audio_and_action_tokens_have_no_spatial_rotation():
 
 
 def test_rope_relative_position_property_on_time_axis():
-    from cosmos3_robot.model.rope import apply_rope
+    from cosmos3_robot.model.rope import rotate_heads, rotation_table
 
     cfg = preset("sim-small")
     a = cfg.attention
@@ -195,7 +195,7 @@ def test_rope_relative_position_property_on_time_axis():
         cq, sq = rope_cos_sin(pq, a.head_dim, a.rope_theta, a.rope_sections)
         ck, sk = rope_cos_sin(pk, a.head_dim, a.rope_theta, a.rope_sections)
         return float(
-            (apply_rope(q, cq.double(), sq.double()) * apply_rope(k, ck.double(), sk.double())).sum()
+            (rotate_heads(q, *rotation_table(cq, sq)) * rotate_heads(k, *rotation_table(ck, sk))).sum()
         )
 
     base = score(10.5, 7.0)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layers import RMSNorm
-from .rope import apply_rope
+from .rope import rotate_heads
 
 
 class TowerAttention(nn.Module):
@@ -50,13 +50,20 @@ class TowerAttention(nn.Module):
         self.q_norm = RMSNorm(head_dim, eps) if qk_norm else nn.Identity()
         self.k_norm = RMSNorm(head_dim, eps) if qk_norm else nn.Identity()
 
-    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, L, C) -> q (B, H, L, D), k (B, G, L, D), v (B, G, L, D); QK-normed, not yet rotated."""
+    def qkv(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], extra_key_norm: RMSNorm | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """x (B, L, C) -> rotated q (B, H, L, D), rotated k (B, G, L, D), v (B, G, L, D), and, given
+        `extra_key_norm`, the rotated extra_key_norm(k) (Cosmos 3 Edge's Reasoner keys for the
+        Generator), else None. q and k are QK-normed before rotation; rope is a `rotation_table`."""
         b, n, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, n, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, n, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return q, k, v
+        h, g, d = self.num_heads, self.num_kv_heads, self.head_dim
+        q = rotate_heads(self.q_norm(self.q_proj(x).view(b, n, h, d)), *rope)
+        k = self.k_norm(self.k_proj(x).view(b, n, g, d))
+        extra = None if extra_key_norm is None else rotate_heads(extra_key_norm(k), *rope).transpose(1, 2)
+        k = rotate_heads(k, *rope)
+        v = self.v_proj(x).view(b, n, g, d)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extra
 
     def output(self, o: Tensor) -> Tensor:
         """o (B, H, L, D) -> (B, L, C)."""
@@ -112,7 +119,3 @@ def generator_attention(
     if dm_valid is None and ar_valid is not None:
         dm_valid = torch.ones(k_dm.shape[0], k_dm.shape[2], dtype=torch.bool, device=k_dm.device)
     return _sdpa(q_dm, k, v, mask=key_padding_mask(ar_valid, dm_valid))
-
-
-def rotate(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)

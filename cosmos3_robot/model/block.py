@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import TowerAttention, decode_attention, generator_attention, reasoner_attention, rotate
+from .attention import TowerAttention, decode_attention, generator_attention, reasoner_attention
 from .config import AttentionConfig, TowerConfig
 from .layers import GatedMLP, RMSNorm
-from .rope import apply_rope
 
 
 class TowerLayer(nn.Module):
@@ -57,21 +56,18 @@ class MoTBlock(nn.Module):
         )
 
     def reason(
-        self, x: Tensor, cos: Tensor, sin: Tensor
+        self, x: Tensor, rope: tuple[Tensor, Tensor]
     ) -> tuple[Tensor, tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-        """Reasoner half. x (B, La, C) -> (x', (K for dm, V), (K, V) for text decoding)."""
-        q, k, v = self.ar.self_attn.project(self.ar.input_layernorm(x))
-        k_for_dm = self.ar_key_norm_for_dm(k) if self.ar_key_norm_for_dm is not None else None
-        q, k = rotate(q, k, cos, sin)
-        k_for_dm = apply_rope(k_for_dm, cos, sin) if k_for_dm is not None else k
+        """Reasoner half. x (B, La, C), rope a `rotation_table` -> (x', (K for dm, V), (K, V) for
+        text decoding)."""
+        q, k, v, k_for_dm = self.ar.self_attn.qkv(self.ar.input_layernorm(x), rope, self.ar_key_norm_for_dm)
         x = self.ar.finish(x, reasoner_attention(q, k, v))
-        return x, (k_for_dm, v), (k, v)
+        return x, (k if k_for_dm is None else k_for_dm, v), (k, v)
 
     def decode(
         self,
         x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
+        rope: tuple[Tensor, Tensor],
         cache_k: Tensor,
         cache_v: Tensor,
         index: int,
@@ -81,8 +77,7 @@ class MoTBlock(nn.Module):
 
         x (B, 1, C); cache_k/cache_v (B, G, Lmax, D), written in place; key_valid (B, index+1).
         """
-        q, k, v = self.ar.self_attn.project(self.ar.input_layernorm(x))
-        q, k = rotate(q, k, cos, sin)
+        q, k, v, _ = self.ar.self_attn.qkv(self.ar.input_layernorm(x), rope)
         cache_k[:, :, index : index + 1] = k
         cache_v[:, :, index : index + 1] = v
         o = decode_attention(q, cache_k[:, :, : index + 1], cache_v[:, :, : index + 1], key_valid)
@@ -91,8 +86,7 @@ class MoTBlock(nn.Module):
     def generate(
         self,
         x: Tensor,
-        cos: Tensor,
-        sin: Tensor,
+        rope: tuple[Tensor, Tensor],
         kv_ar: tuple[Tensor, Tensor],
         ar_valid: Tensor | None,
         dm_valid: Tensor | None,
@@ -102,7 +96,6 @@ class MoTBlock(nn.Module):
             raise ValueError(
                 "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
             )
-        q, k, v = self.dm.self_attn.project(self.dm.input_layernorm(x))
-        q, k = rotate(q, k, cos, sin)
+        q, k, v, _ = self.dm.self_attn.qkv(self.dm.input_layernorm(x), rope)
         o = generator_attention(q, kv_ar[0], kv_ar[1], k, v, ar_valid, dm_valid)
         return self.dm.finish(x, o)

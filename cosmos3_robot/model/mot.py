@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from .block import MoTBlock
 from .config import ModelConfig
 from .layers import EmbodimentLinear, RMSNorm, TimestepEmbedder
-from .rope import rope_cos_sin, text_positions, time_positions
+from .rope import rope_cos_sin, rotation_table, text_positions, time_positions
 from .sequence import GenInput, Stream
 
 
@@ -141,8 +141,9 @@ class MoT(nn.Module):
     # ------------------------------------------------------------------------------------------
 
     def _rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """positions (B, 3, L) -> the `rotation_table` (B, L, 1, D) every layer applies."""
         a = self.config.attention
-        return rope_cos_sin(positions, a.head_dim, a.rope_theta, a.rope_sections)
+        return rotation_table(*rope_cos_sin(positions, a.head_dim, a.rope_theta, a.rope_sections))
 
     def reason(
         self,
@@ -185,10 +186,10 @@ class MoT(nn.Module):
             raise ValueError(
                 f"positions must have shape (B, 3, La) = {(b, 3, la)}, got {tuple(positions.shape)}"
             )
-        cos, sin = self._rope(positions)
+        rope = self._rope(positions)
         kv, text_kv = [], []
         for i, layer in enumerate(self.layers):
-            x, kv_dm, kv_self = layer.reason(x, cos, sin)
+            x, kv_dm, kv_self = layer.reason(x, rope)
             kv.append(kv_dm)
             if keep_text_kv:
                 text_kv.append(kv_self)
@@ -235,12 +236,12 @@ class MoT(nn.Module):
             raise ValueError(f"cache was built for batch {cache.valid.shape[0]}, got {b} tokens")
         x = self.embed_tokens(token)[:, None, :]
         pos = cache.next_position.float().view(b, 1, 1).expand(b, 3, 1)
-        cos, sin = self._rope(pos)
+        rope = self._rope(pos)
         idx = cache.length
         cache.valid[:, idx] = True
         key_valid = cache.valid[:, : idx + 1]
         for i, layer in enumerate(self.layers):
-            x = layer.decode(x, cos, sin, cache.k[i], cache.v[i], idx, key_valid)
+            x = layer.decode(x, rope, cache.k[i], cache.v[i], idx, key_valid)
         cache.length += 1
         cache.next_position = cache.next_position + 1
         return self.lm_head(self.norm(x))[:, 0]
@@ -257,19 +258,19 @@ class MoT(nn.Module):
         return width
 
     def _embed_stream(self, name: str, s: Stream) -> Tensor:
-        """Stream -> tokens (B, N, C) with modality and noise-level embeddings."""
-        dtype = self.video_in.weight.dtype
-        lat = s.latents.to(dtype)
+        """Stream -> tokens (B, N, C) with the modality embedding (the noise level comes after)."""
+        lat = s.latents.to(self.video_in.weight.dtype)
         if name == "video":
-            x = self.video_in(lat)
-        elif name == "audio":
-            x = self.audio_in(lat) + self.audio_embed
-        else:
-            x = self.action_in(lat, s.embodiment) + self.action_embed
-        if bool(s.noisy.any()):
-            t = self.time_embed(s.sigma * self.config.sigma_scale).to(x.dtype)
-            x = torch.where(s.noisy[..., None], x + t, x)
-        return x
+            return self.video_in(lat)
+        if name == "audio":
+            return self.audio_in(lat) + self.audio_embed
+        return self.action_in(lat, s.embodiment) + self.action_embed
+
+    def _time_embedding(self, sigma: Tensor) -> Tensor:
+        """σ (B, L) -> its embedding (B, L, C). The MLP runs once per distinct noise level (a
+        sampling step has one or two, a training batch one per sample and modality), not per token."""
+        levels, index = torch.unique(sigma, return_inverse=True)
+        return self.time_embed(levels * self.config.sigma_scale)[index]
 
     def _stream_positions(self, s: Stream, offset: Tensor) -> Tensor:
         """RoPE positions (B, 3, N) of a stream: explicit, or from its timestamps and grid."""
@@ -293,6 +294,8 @@ class MoT(nn.Module):
         if validate:
             for name, s in gen.items():
                 s.validate(name, self._stream_width(name))
+                if name == "action":
+                    self.action_in.check(s.embodiment, b)
 
     def generator_positions(self, cache: ReasonerCache, gen: GenInput) -> Tensor:
         """RoPE positions (B, 3, Ld) of a Generator request: after the Reasoner segment + margin."""
@@ -304,8 +307,15 @@ class MoT(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """GenInput -> tokens (B, Ld, C) and validity (B, Ld) or None."""
         self._check_generator_input(cache, gen, validate)
-        x = torch.cat([self._embed_stream(name, s) for name, s in gen.items()], dim=1)
-        dm_valid = torch.cat([s.valid_mask() for _, s in gen.items()], dim=1)
+        streams = gen.items()
+        x = torch.cat([self._embed_stream(name, s) for name, s in streams], dim=1)
+        noisy = torch.cat([s.noisy for _, s in streams], dim=1)
+        if bool(noisy.any()):  # Cosmos 3: the noise-level embedding goes to noisy tokens only
+            t = self._time_embedding(torch.cat([s.sigma for _, s in streams], dim=1)).to(x.dtype)
+            x = torch.where(noisy[..., None], x + t, x)
+        if all(s.valid is None for _, s in streams):
+            return x, None
+        dm_valid = torch.cat([s.valid_mask() for _, s in streams], dim=1)
         return x, None if bool(dm_valid.all()) else dm_valid
 
     def embed_generator(
@@ -325,10 +335,10 @@ class MoT(nn.Module):
     ) -> Tensor:
         """The Generator tower over embedded tokens x (B, Ld, C), reading the cache -> (B, Ld, C) normed.
 
-        rope: precomputed (cos, sin) for `positions` (they do not change between denoising steps)."""
-        cos, sin = rope if rope is not None else self._rope(positions)
+        rope: the precomputed `rotation_table` of `positions` (fixed across denoising steps)."""
+        rope = rope if rope is not None else self._rope(positions)
         for layer, kv in zip(self.layers, cache.kv, strict=True):
-            x = layer.generate(x, cos, sin, kv, cache.valid, dm_valid)
+            x = layer.generate(x, rope, kv, cache.valid, dm_valid)
         return self.norm_dm(x)
 
     def denoise(
@@ -358,7 +368,7 @@ class MoT(nn.Module):
                 v = self.audio_out(part)
             else:
                 v = self.action_out(part, s.embodiment)
-            out[name] = v * s.valid_mask()[..., None].to(v.dtype)
+            out[name] = v if s.valid is None else v * s.valid[..., None].to(v.dtype)
         return out
 
     def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:

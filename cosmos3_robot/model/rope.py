@@ -58,16 +58,23 @@ def rope_cos_sin(
     return angles.cos(), angles.sin()
 
 
-def rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def rotation_table(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """(cos, sin) (B, L, D) -> (cos, signed sin) (B, L, 1, D) for `rotate_heads`.
+
+    Rotate-half layout: pair j is (x[j], x[j + D/2]). The sign of the rotation is folded into sin
+    once per request, so rotating a tensor costs a flip, a multiply and one fused multiply-add.
+    """
+    half = sin.shape[-1] // 2
+    signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+    return cos[:, :, None], signed[:, :, None]
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, H, L, D); cos/sin (B, L, D). Computed in float32, returned in x's dtype."""
+def rotate_heads(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """x (B, L, N, D) rotated by a `rotation_table` (B, L, 1, D):
+    (x1, x2) -> (x1·cos - x2·sin, x2·cos + x1·sin), in float32, returned in x's dtype."""
     xf = x.float()
-    out = xf * cos[:, None] + rotate_half(xf) * sin[:, None]
-    return out.to(x.dtype)
+    swapped = xf.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # (x2, x1): rotate-half without its sign
+    return torch.addcmul(xf * cos, swapped, signed_sin).to(x.dtype)
 
 
 # ----------------------------------------------------------------------------------------------

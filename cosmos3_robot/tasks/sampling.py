@@ -86,6 +86,7 @@ def sample(
         else {n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()}
     )
     noisy = {n: s.noisy for n, s in gen.items()}
+    noisy_f = {n: m.to(s.sigma.dtype) for (n, m), (_, s) in zip(noisy.items(), gen.items(), strict=True)}
     use_cfg = guidance != 1.0
 
     def caches() -> ReasonerCache:
@@ -103,10 +104,7 @@ def sample(
     rope = None  # positions are fixed for the request: validate and rotate once
     while not sampler.done:
         sigma = sampler.sigma
-        sig = {
-            n: torch.where(s.noisy, torch.full_like(s.sigma, sigma), torch.zeros_like(s.sigma))
-            for n, s in gen.items()
-        }
+        sig = {n: m * sigma for n, m in noisy_f.items()}  # σ on noisy tokens, 0 on clean ones
         step_in = gen.replace_latents(x, sig)
         if use_cfg:
             step_in = GenInput.cat([step_in, step_in])
