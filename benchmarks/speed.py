@@ -145,8 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10, help="denoising steps per request")
     p.add_argument("--ar-len", type=int, default=256, help="Reasoner tokens per request")
     p.add_argument(
-        "--reps", type=int, default=10, help="timed repetitions, alternated (min headline, median beside it)"
+        "--reps",
+        type=int,
+        default=30,
+        help="timed repetitions of the inference comparisons, alternated (fastest is the headline, "
+        "median beside it); on a shared machine more repetitions find more undisturbed runs",
     )
+    p.add_argument("--train-reps", type=int, default=8, help="timed repetitions of the training step")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--train-batch", type=int, default=32, help="clips per training step (MFU measurement)")
     p.add_argument(
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     # a Reasoner pass 256-row ones, and this machine's GEMM is slower per FLOP on the thin ones.
     res["mlp_gemm_gflops_by_rows"] = {
         str(m): gemm_gflops(m, cfg.generator.hidden_size, cfg.generator.intermediate_size)
-        for m in (ld, args.ar_len, 4 * ld, 4 * args.ar_len)
+        for m in sorted({ld, args.ar_len, 4 * args.ar_len})
     }
 
     # --- Reasoner only vs transformers ----------------------------------------------------------
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     hf = Qwen3ForCausalLM(hf_cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (4, args.ar_len), generator=g)
     with torch.inference_mode():
-        t = timed_pair(lambda: model.reason(ids), lambda: hf(input_ids=ids, use_cache=False), 2 * args.reps)
+        t = timed_pair(lambda: model.reason(ids), lambda: hf(input_ids=ids, use_cache=False), args.reps)
     ours_ms, hf_ms = t["min"]
     res["reason_only_vs_hf_ratio_median"] = t["median"][0] / t["median"][1]
     res["reason_only_ms"], res["hf_reason_ms"] = ours_ms, hf_ms
@@ -274,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     step_flops = bt * (reasoner_flops(cfg, 64, False) + 3 * generator_flops(cfg, 64, ld_t))
     train = {}
     for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        ms, ms_med = timed(lambda dt=dt: train_step(dt), args.reps, warmup=2)
+        ms, ms_med = timed(lambda dt=dt: train_step(dt), args.train_reps, warmup=2)
         gf = step_flops / (ms / 1e3) / 1e9
         train[name] = {
             "ms": ms,

@@ -273,3 +273,30 @@ def test_bad_generator_input_raises():
         m.denoise(m.reason(ids[:1]).cache, good)
     with pytest.raises(ValueError, match="embodiment"):
         m.denoise(cache, dataclasses.replace(good, action=dataclasses.replace(good.action, embodiment=None)))
+
+
+def test_noise_level_embedding_per_token_on_noisy_tokens_only():
+    """The embedding MLP runs once per distinct σ; the result must equal embedding every token alone."""
+    m = tiny_model()
+    gen = make_gen(3, frames=[2, 3, 1], actions=[4, 2, 3], audio=[2, 2, 1])
+    # Per-token σ: every video token of sample 0 gets its own level.
+    vid = gen.video
+    sigma = torch.where(
+        vid.noisy, torch.rand(vid.sigma.shape, generator=torch.Generator().manual_seed(3)), 0.0
+    )
+    gen = dataclasses.replace(gen, video=dataclasses.replace(vid, sigma=sigma))
+    cache = m.reason(torch.randint(0, m.config.vocab_size, (3, 5)), logits=False).cache
+    with torch.no_grad():
+        x, _ = m._embed_tokens(cache, gen, validate=True)
+        parts = []
+        for name, s in gen.items():
+            base = {"video": lambda s: m.video_in(s.latents),
+                    "audio": lambda s: m.audio_in(s.latents) + m.audio_embed,
+                    "action": lambda s: m.action_in(s.latents, s.embodiment) + m.action_embed}[name](s)  # fmt: skip
+            tok = base.clone()
+            for i in range(s.batch):
+                for j in range(s.length):
+                    if s.noisy[i, j]:
+                        tok[i, j] += m.time_embed(s.sigma[i, j : j + 1] * m.config.sigma_scale)[0]
+            parts.append(tok)
+    torch.testing.assert_close(x, torch.cat(parts, dim=1), rtol=1e-5, atol=1e-6)
