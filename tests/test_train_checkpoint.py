@@ -58,14 +58,14 @@ def test_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypatch
     t = make_trainer(tmp_path, steps=2, checkpoint=ckpt_cfg(every=1, keep_last=3))
     t.fit()
     good = ckpt.latest_checkpoint(t.ckpt_root)
-    real = ckpt._save_tensors
+    real = ckpt.save_tensors
 
     def failing(path, tensors):
         if path.name == "optimizer.safetensors":  # model and EMA already written: fail half-way
             raise OSError("disk full (simulated)")
         real(path, tensors)
 
-    monkeypatch.setattr(ckpt, "_save_tensors", failing)
+    monkeypatch.setattr(ckpt, "save_tensors", failing)
     t.step = 3
     with pytest.raises(OSError, match="simulated"):
         t.save()

@@ -11,7 +11,8 @@ import torch
 from cosmos3_robot.model import MoT, preset
 from cosmos3_robot.model.checkpoint import load_model
 from cosmos3_robot.training.config import TrainConfig
-from cosmos3_robot.training.train import SyntheticData, compose, main
+from cosmos3_robot.training.synthetic import SyntheticData
+from cosmos3_robot.training.train import compose, main
 from cosmos3_robot.training.trainer import Trainer
 
 

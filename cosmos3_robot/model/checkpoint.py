@@ -143,7 +143,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -151,7 +151,7 @@ def _write_json(path: Path, data: Any) -> None:
         os.fsync(f.fileno())
 
 
-def _save_tensors(path: Path, tensors: dict[str, Tensor]) -> None:
+def save_tensors(path: Path, tensors: dict[str, Tensor]) -> None:
     save_file(
         {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path), metadata={"format": "pt"}
     )
@@ -208,12 +208,12 @@ def save_model(
     if clash:
         raise ValueError(f"extra files {clash} would overwrite the checkpoint's own files")
     with atomic_folder(folder) as tmp:
-        _save_tensors(tmp / "model.safetensors", tensors)
+        save_tensors(tmp / "model.safetensors", tensors)
         if vit is not None:
-            _save_tensors(tmp / "vit.safetensors", vit.state_dict())
+            save_tensors(tmp / "vit.safetensors", vit.state_dict())
         for p in extra:
             shutil.copyfile(p, tmp / p.name)
-        _write_json(
+        write_json(
             tmp / "config.json",
             {
                 "format": FORMAT,

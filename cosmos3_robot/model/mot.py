@@ -82,6 +82,14 @@ class ReasonerCache:
             next_position=torch.cat([c.next_position for c in caches]),
         )
 
+    def select(self, idx: Tensor) -> ReasonerCache:
+        """The cache of the samples at `idx` (along B)."""
+        return ReasonerCache(
+            kv=[(k[idx], v[idx]) for k, v in self.kv],
+            valid=None if self.valid is None else self.valid[idx],
+            next_position=self.next_position[idx],
+        )
+
     def repeat(self, n: int) -> ReasonerCache:
         """Each sample's cache repeated n times along the batch (sample-major)."""
         return ReasonerCache(

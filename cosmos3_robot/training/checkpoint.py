@@ -17,6 +17,7 @@ previous checkpoint untouched. After a save, all but the newest `keep_last` chec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -30,7 +31,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
-from cosmos3_robot.model.checkpoint import FORMAT, FORMAT_VERSION, _save_tensors, _write_json, atomic_folder
+from cosmos3_robot.model.checkpoint import FORMAT, FORMAT_VERSION, atomic_folder, save_tensors, write_json
 
 from .config import config_diff
 from .distributed import full_tensor
@@ -237,6 +238,26 @@ def _model_config_json(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def _write_model(folder: Path, snap: Snapshot) -> None:
+    """The `load_model` files of a snapshot: weights, ViT weights if any, config."""
+    save_tensors(folder / "model.safetensors", snap.model_state)
+    if snap.vit_state is not None:
+        save_tensors(folder / "vit.safetensors", snap.vit_state)
+    write_json(folder / "config.json", _model_config_json(snap))
+
+
+def export_model(folder: str | Path, snap: Snapshot, data_state: dict[str, Any]) -> Path:
+    """Write `snap` as a `load_model` folder, atomically, with the EMA weights (if any) in place of
+    the trained ones and the data pipeline's state (normalisation stats, tokenizer, clip geometry,
+    VAE) beside them, so that the weights never travel without what their inputs and outputs mean."""
+    folder = Path(folder)
+    state = {**snap.model_state, **(snap.ema_state or {})}
+    with atomic_folder(folder) as tmp:
+        _write_model(tmp, dataclasses.replace(snap, model_state=state))
+        write_json(tmp / "data_state.json", json.loads(json.dumps(data_state)))
+    return folder
+
+
 def save_checkpoint(root: str | Path, snap: Snapshot, keep_last: int) -> Path:
     """Write `snap` as <root>/step-<step>/ atomically, then prune to the newest `keep_last`."""
     root = Path(root)
@@ -246,16 +267,13 @@ def save_checkpoint(root: str | Path, snap: Snapshot, keep_last: int) -> Path:
     folder = step_dir(root, snap.step)
     with atomic_folder(folder) as tmp:
         (tmp / "model").mkdir()
-        _save_tensors(tmp / "model" / "model.safetensors", snap.model_state)
-        if snap.vit_state is not None:
-            _save_tensors(tmp / "model" / "vit.safetensors", snap.vit_state)
-        _write_json(tmp / "model" / "config.json", _model_config_json(snap))
+        _write_model(tmp / "model", snap)
         if snap.ema_state is not None:
-            _save_tensors(tmp / "ema.safetensors", snap.ema_state)
-        _save_tensors(tmp / "optimizer.safetensors", snap.optim_tensors)
-        _save_tensors(tmp / "rng.safetensors", snap.rng_tensors)
+            save_tensors(tmp / "ema.safetensors", snap.ema_state)
+        save_tensors(tmp / "optimizer.safetensors", snap.optim_tensors)
+        save_tensors(tmp / "rng.safetensors", snap.rng_tensors)
         manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-        _write_json(
+        write_json(
             tmp / "trainer.json",
             {
                 "format": TRAIN_FORMAT,

@@ -31,7 +31,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,6 +62,7 @@ from cosmos3_robot.model.vae import (
     vae_config,
 )
 from cosmos3_robot.tasks.base import ClipBatch
+from cosmos3_robot.training.batches import IGNORE, DataSource
 from cosmos3_robot.training.latent_cache import (
     CachedEncoder,
     LatentCache,
@@ -70,7 +71,6 @@ from cosmos3_robot.training.latent_cache import (
     vae_fingerprint,
 )
 
-IGNORE = -100  # label of positions without loss (prompt, padding)
 TEXT_STYLES = {"qa": ("relative", "distance"), "caption": ("caption",), "mixed": QA_KINDS}
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "cosmos3_robot" / "latents"
 
@@ -242,14 +242,6 @@ class TextBatch:
             image_grid_thw=self.reason_kwargs["image_grid_thw"],
         )
         return inputs.reason_kwargs()
-
-
-class DataSource(Protocol):
-    def train_batches(self, epoch: int) -> Iterator[ClipBatch | TextBatch]: ...
-
-    def val_batches(self) -> list[ClipBatch | TextBatch]: ...
-
-    def state(self) -> dict[str, Any]: ...
 
 
 # ------------------------------------------------------------------------------------------------

@@ -26,149 +26,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from cosmos3_robot.flow import SigmaSampler
-from cosmos3_robot.model import MoT, ReasonerCache, preset
-from cosmos3_robot.model.checkpoint import atomic_folder, load_model
+from cosmos3_robot.model import MoT, preset
+from cosmos3_robot.model.checkpoint import load_model
 from cosmos3_robot.model.vit import ViT, vit_preset
-from cosmos3_robot.tasks import ClipBatch, make_task
+from cosmos3_robot.tasks import ClipBatch
 
 from . import checkpoint as ckpt
+from .batches import IGNORE, DataSource, batch_size, count_tokens, is_text, shard_batch
 from .config import TrainConfig
-from .distributed import DistInfo, all_reduce_sum, barrier, rank_rows, shard_rows, wrap
+from .distributed import DistInfo, all_reduce_sum, barrier, rank_rows, wrap
 from .ema import EMA
+from .plots import plot_losses
 from .schedule import lr_at, set_lr
+from .stage_loss import StageLoss
 
 NULL_TOKEN = 0  # the null prompt of classifier-free guidance: one token, id 0
-IGNORE = -100
-
-
-class DataSource(Protocol):
-    """What the trainer reads (implemented by cosmos3_robot.training.data)."""
-
-    def train_batches(self, epoch: int) -> Iterator[Any]: ...
-    def val_batches(self) -> list[Any]: ...
-    def state(self) -> dict: ...
-
-
-def is_text(batch: Any) -> bool:
-    """A TextBatch (duck-typed: the data module is imported by nobody here)."""
-    return hasattr(batch, "labels") and hasattr(batch, "input_ids") and not isinstance(batch, ClipBatch)
-
-
-def batch_size(batch: Any) -> int:
-    return int(batch.input_ids.shape[0])
-
-
-def select_cache(cache: ReasonerCache, idx: Tensor) -> ReasonerCache:
-    """The cache of the samples at `idx` (along B)."""
-    return ReasonerCache(
-        kv=[(k[idx], v[idx]) for k, v in cache.kv],
-        valid=None if cache.valid is None else cache.valid[idx],
-        next_position=cache.next_position[idx],
-    )
-
-
-def shard_batch(batch: Any, b: int, start: int, stop: int) -> Any:
-    """Rows [start, stop) of a global batch. A TextBatch's ViT patches (N, patch_dim) are split by
-    each image's grid (t·h·w patches per sample), not by their first dimension."""
-    if start == 0 and stop == b:
-        return batch
-    kw = getattr(batch, "reason_kwargs", None) or {}
-    if "pixel_values" in kw and "image_grid_thw" in kw:
-        per = kw["image_grid_thw"].prod(-1).tolist()
-        lo, hi = sum(per[:start]), sum(per[:stop])
-        rest = {k: v for k, v in kw.items() if k not in ("pixel_values", "image_grid_thw")}
-        out = shard_rows(dataclasses.replace(batch, reason_kwargs=rest), b, start, stop)
-        pix = {"pixel_values": kw["pixel_values"][lo:hi], "image_grid_thw": kw["image_grid_thw"][start:stop]}
-        return dataclasses.replace(out, reason_kwargs={**out.reason_kwargs, **pix})
-    return shard_rows(batch, b, start, stop)
-
-
-def count_tokens(batch: Any, patch: int) -> int:
-    """Tokens the model processes for a batch: prompt tokens (+ Generator tokens for clips)."""
-    n = int(batch.lengths.sum())
-    if isinstance(batch, ClipBatch):
-        b = batch.batch
-        if batch.video is not None:
-            _, _, t, h, w = batch.video.shape
-            n += b * t * (h // patch) * (w // patch)
-        if batch.action is not None:
-            n += b * batch.action.shape[1]
-        if batch.audio is not None:
-            n += b * batch.audio.shape[1]
-    return n
-
-
-# ------------------------------------------------------------------------------------------------
-# The loss of one micro-batch: the module that DDP / FSDP wrap
-# ------------------------------------------------------------------------------------------------
-
-
-class StageLoss(nn.Module):
-    """forward(chunk, plan) -> (objective, stats). stats {mode: (Σ n·loss, n)} are detached sums,
-    so per-mode means can be all-reduced across chunks and ranks."""
-
-    def __init__(self, model: MoT, vit: ViT | None, cfg: TrainConfig):
-        super().__init__()
-        self.model, self.vit, self.stage = model, vit, cfg.stage
-        g = cfg.generator
-        self.sigma = SigmaSampler(g.sigma.kind, g.sigma.mean, g.sigma.std, g.sigma.shift)
-        self.heads = {m: make_task(m, per_frame_sigma=g.per_frame_sigma) for m in g.modes}
-        self.heads.setdefault("video", make_task("video", per_frame_sigma=g.per_frame_sigma))
-        self.weights = dict(g.loss_weights) or None
-
-    def forward(self, batch: Any, plan: dict[str, Any]) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
-        if self.stage == "reasoner":
-            return self._text(batch, plan)
-        return self._clips(batch, plan)
-
-    def _text(self, batch: Any, plan: dict[str, Any]):
-        if hasattr(batch, "reasoner_inputs"):  # data.TextBatch: runs the ViT on its images, if any
-            kwargs = batch.reasoner_inputs(self.model, self.vit)
-        else:
-            kwargs = {"input_ids": batch.input_ids, "lengths": batch.lengths, **(batch.reason_kwargs or {})}
-        logits = self.model.reason(**kwargs, logits=True).logits  # (B, L, V)
-        labels = batch.labels
-        ce = F.cross_entropy(
-            logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum"
-        )
-        n = (labels != IGNORE).sum()
-        return ce / plan["norm"], {"text": (ce.detach(), n.to(ce.dtype))}
-
-    def _clips(self, batch: ClipBatch, plan: dict[str, Any]):
-        model = self.model
-        with torch.no_grad():  # the Reasoner is frozen in this stage: never back-propagated through
-            cache = model.reason(batch.input_ids, lengths=batch.lengths, logits=False).cache
-        modes: list[str] = plan["modes"]
-        gen = torch.Generator(device=batch.input_ids.device).manual_seed(plan["noise_seed"])
-        objective, stats = None, {}
-        # FSDP needs the same sequence of forward calls on every rank: there the plan lists every
-        # mode of the global batch ("run_modes"); a mode without samples here runs on one sample, weight 0.
-        for mode in plan.get("run_modes") or sorted(set(modes)):
-            rows = [i for i, m in enumerate(modes) if m == mode]
-            idx = torch.tensor(rows or [0], device=batch.input_ids.device)
-            sub = batch if len(idx) == batch.batch else batch.select(idx)
-            sub_cache = cache if len(idx) == batch.batch else select_cache(cache, idx)
-            g = gen if rows else torch.Generator(device=gen.device).manual_seed(0)  # keep `gen`'s draws
-            loss, _ = self.heads[mode].loss(model, sub, sub_cache, self.sigma, g, self.weights)
-            term = loss * (len(rows) / plan["norm"])
-            objective = term if objective is None else objective + term
-            if rows:
-                n = torch.tensor(float(len(rows)))
-                stats[mode] = (loss.detach().float() * n, n)
-        return objective, stats
 
 
 # ------------------------------------------------------------------------------------------------
@@ -544,18 +426,7 @@ class Trainer:
         folder = Path(folder or self.out / "model")
         snap = self.snapshot()
         if self.dist.is_main:
-            state = dict(snap.model_state)
-            state.update(snap.ema_state or {})
-            snap = dataclasses.replace(snap, model_state=state)
-            from cosmos3_robot.model.checkpoint import _save_tensors, _write_json
-
-            with atomic_folder(folder) as tmp:
-                _save_tensors(tmp / "model.safetensors", snap.model_state)
-                if snap.vit_state is not None:
-                    _save_tensors(tmp / "vit.safetensors", snap.vit_state)
-                _write_json(tmp / "config.json", ckpt._model_config_json(snap))
-                # Normalisation stats, tokenizer, clip geometry and VAE travel with the weights.
-                _write_json(tmp / "data_state.json", json.loads(json.dumps(self.data.state())))
+            ckpt.export_model(folder, snap, self.data.state())
         barrier(self.dist)
         return folder
 
@@ -629,38 +500,3 @@ class Trainer:
             if ln.strip() and json.loads(ln).get("step", 0) <= self.step
         ]
         path.write_text("".join(ln + "\n" for ln in keep))
-
-
-def plot_losses(metrics: Path, out_dir: Path) -> list[Path]:
-    """One loss-curve PNG per mode (train interval means + validation points)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not Path(metrics).exists():
-        return []
-    records = [json.loads(ln) for ln in Path(metrics).read_text().splitlines() if ln.strip()]
-    series: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        for k, v in r.items():
-            if k.startswith("loss/") and v is not None and math.isfinite(v):
-                series[k.removeprefix("loss/")][r["split"]].append((r["step"], v))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for mode, splits in sorted(series.items()):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for split, pts in splits.items():
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, marker="o" if split == "val" else None, label=split)
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
-        ax.set_yscale("log")
-        ax.set_title(f"{mode} loss")
-        ax.legend()
-        fig.tight_layout()
-        path = out_dir / f"loss_{mode}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
-    return paths
