@@ -300,3 +300,19 @@ def test_noise_level_embedding_per_token_on_noisy_tokens_only():
                         tok[i, j] += m.time_embed(s.sigma[i, j : j + 1] * m.config.sigma_scale)[0]
             parts.append(tok)
     torch.testing.assert_close(x, torch.cat(parts, dim=1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rmsnorm_matches_transformers_qwen3(dtype):
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    from cosmos3_robot.model.layers import RMSNorm
+
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(64, eps=1e-6), Qwen3RMSNorm(64, eps=1e-6)
+    w = 1 + 0.3 * torch.randn(64)
+    ours.weight.data, theirs.weight.data = w.clone(), w.clone()
+    ours, theirs = ours.to(dtype), theirs.to(dtype)
+    for shape in [(3, 7, 64), (2, 5, 4, 64)]:
+        x = (4 * torch.randn(shape)).to(dtype)
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-6 if dtype == torch.float32 else 0, atol=0)

@@ -22,10 +22,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # One fused kernel instead of seven; equal to Qwen3RMSNorm (tests/test_model_core.py).
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Qwen3's order in low precision: normalise in float32, round to x's dtype, then scale.
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(dtype)
+        return self.weight * xf.to(x.dtype)
 
 
 class GatedMLP(nn.Module):

@@ -102,6 +102,7 @@ def sample(
 
     cache = caches() if reuse_cache else None
     rope = None  # positions are fixed for the request: validate and rotate once
+    first_step = True
     while not sampler.done:
         sigma = sampler.sigma
         sig = {n: m * sigma for n, m in noisy_f.items()}  # σ on noisy tokens, 0 on clean ones
@@ -112,8 +113,9 @@ def sample(
             if rope is None:
                 rope = model.generator_rope(cache, step_in)
             v = model.denoise(cache, step_in, validate=False, rope=rope)
-        else:
-            v = model.denoise(caches(), step_in)
+        else:  # Reasoner, positions and rotations recomputed every step; inputs validated once
+            v = model.denoise(caches(), step_in, validate=first_step)
+        first_step = False
         if use_cfg:
             v = guided({n: t[:b] for n, t in v.items()}, {n: t[b:] for n, t in v.items()}, guidance)
         x_new = sampler.step(v, x)
