@@ -65,24 +65,10 @@ def timed_pair(fa, fb, reps: int, warmup: int = 1) -> dict[str, tuple[float, flo
     return {"min": (min(ta), min(tb)), "median": (statistics.median(ta), statistics.median(tb))}
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
-    """Best-of-reps GEMM throughput: the peak this machine reaches, the MFU denominator."""
-    a = torch.randn(n, n, dtype=dtype)
-    b = torch.randn(n, n, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
-
-
-def gemm_gflops(rows: int, k: int, n: int, reps: int = 50) -> float:
-    """Best-of-reps fp32 throughput of a (rows x k) @ (k x n) product, as in a tower's MLP."""
-    a, b = torch.randn(rows, k), torch.randn(k, n)
-    for _ in range(5):
+def gemm_gflops(rows: int, k: int, n: int, dtype: torch.dtype = torch.float32, reps: int = 50) -> float:
+    """Best-of-reps throughput of a (rows x k) @ (k x n) product in GFLOP/s."""
+    a, b = torch.randn(rows, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    for _ in range(3):
         a @ b
     best = float("inf")
     for _ in range(reps):
@@ -90,6 +76,11 @@ def gemm_gflops(rows: int, k: int, n: int, reps: int = 50) -> float:
         a @ b
         best = min(best, time.perf_counter() - t0)
     return 2 * rows * k * n / best / 1e9
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048) -> float:
+    """The peak this machine reaches (a large square GEMM, best of 10): the MFU denominator."""
+    return gemm_gflops(n, n, n, dtype, reps=10)
 
 
 # ------------------------------------------------------------------------------------------------
