@@ -11,7 +11,8 @@ Figures (JSON + a printed table):
   denoise_ms_uncached       the same request recomputing the whole sequence every step (Diffusers' way)
   kv_reuse_speedup          uncached / cached
   kv_reuse_flop_ratio       the same ratio predicted from FLOP counts
-  reason_only_ms            a Reasoner-only forward (logits) of our model
+  reason_only_ms            a Reasoner-only forward (logits) of our model, as a WorldModel runs it
+                            (packed CPU weights; `*_unpacked` beside it, `--no-pack` for everything)
   reason_only_vs_hf_ratio   ours / a transformers Qwen3ForCausalLM of identical dims, same inputs and threads
   train_step_gflops, mfu    a Generator-stage training step (forward + backward), achieved / measured peak
 """
@@ -19,6 +20,7 @@ Figures (JSON + a printed table):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -32,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosmos3_robot.flow import EulerSampler, SigmaSampler, add_noise, flow_loss, velocity_target  # noqa: E402
 from cosmos3_robot.model import GenInput, MoT, count_parameters, preset, series_stream, video_stream  # noqa: E402
+from cosmos3_robot.model.cpu_pack import available as packing_available  # noqa: E402
+from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.tasks.sampling import Prompt, sample  # noqa: E402
 
 
@@ -47,22 +51,22 @@ def timed(fn, reps: int, warmup: int = 1) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def timed_pair(fa, fb, reps: int, warmup: int = 1) -> dict[str, tuple[float, float]]:
-    """fa() and fb() timed alternately, so that machine noise hits both alike.
+def timed_alternating(fns: list, reps: int, warmup: int = 1) -> list[tuple[float, float]]:
+    """(min, median) ms of each fn, the fns timed in turn, so that machine noise hits all alike.
 
-    Returns {"min": (ms_a, ms_b), "median": (ms_a, ms_b)}. The minimum is the cost on an undisturbed
-    machine (what `timeit` recommends for comparing code); the median shows what a shared machine gave.
+    The minimum is the cost on an undisturbed machine (what `timeit` recommends for comparing code);
+    the median shows what a shared machine gave.
     """
     for _ in range(warmup):
-        fa()
-        fb()
-    ta, tb = [], []
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
-        for fn, acc in ((fa, ta), (fb, tb)):
+        for fn, acc in zip(fns, times, strict=True):
             t0 = time.perf_counter()
             fn()
             acc.append((time.perf_counter() - t0) * 1e3)
-    return {"min": (min(ta), min(tb)), "median": (statistics.median(ta), statistics.median(tb))}
+    return [(min(t), statistics.median(t)) for t in times]
 
 
 def gemm_gflops(rows: int, k: int, n: int, dtype: torch.dtype = torch.float32, reps: int = 50) -> float:
@@ -142,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         help="timed repetitions of the inference comparisons, alternated (fastest is the headline, "
         "median beside it); on a shared machine more repetitions find more undisturbed runs",
     )
+    p.add_argument("--no-pack", action="store_true", help="time inference without packed CPU weights")
     p.add_argument("--train-reps", type=int, default=8, help="timed repetitions of the training step")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--train-batch", type=int, default=32, help="clips per training step (MFU measurement)")
@@ -166,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     res["matmul_peak_gflops"] = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
 
     cfg = preset(args.preset)
-    model = MoT(cfg).eval()
+    eager = MoT(cfg).eval()
+    # The inference path a WorldModel uses: Linear weights packed once for the CPU (`cpu_pack`).
+    model = eager if args.no_pack else pack_for_cpu(copy.deepcopy(eager))
+    res["packed_linears"] = not args.no_pack and packing_available()
     res["params"] = count_parameters(model)
 
     # --- KV reuse: AR segment 4x the DM segment --------------------------------------------------
@@ -185,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                    generator=torch.Generator().manual_seed(1))  # fmt: skip
 
         with torch.inference_mode():
-            t = timed_pair(lambda run=run: run(True), lambda run=run: run(False), args.reps)
-        (cached, uncached), (cached_med, uncached_med) = t["min"], t["median"]
+            (cached, cached_med), (uncached, uncached_med) = timed_alternating(
+                [lambda run=run: run(True), lambda run=run: run(False)], args.reps
+            )
         kv[b] = {
             "denoise_ms_cached": cached,
             "denoise_ms_uncached": uncached,
@@ -229,9 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     hf = Qwen3ForCausalLM(hf_cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (4, args.ar_len), generator=g)
     with torch.inference_mode():
-        t = timed_pair(lambda: model.reason(ids), lambda: hf(input_ids=ids, use_cache=False), args.reps)
-    ours_ms, hf_ms = t["min"]
-    res["reason_only_vs_hf_ratio_median"] = t["median"][0] / t["median"][1]
+        (ours_ms, ours_med), (eager_ms, eager_med), (hf_ms, hf_med) = timed_alternating(
+            [
+                lambda: model.reason(ids),
+                lambda: eager.reason(ids),
+                lambda: hf(input_ids=ids, use_cache=False),
+            ],
+            args.reps,
+        )
+    res["reason_only_vs_hf_ratio_median"] = ours_med / hf_med
+    res["reason_only_ms_unpacked"] = eager_ms
+    res["reason_only_unpacked_vs_hf_ratio"] = eager_ms / hf_ms
+    res["reason_only_unpacked_vs_hf_ratio_median"] = eager_med / hf_med
     res["reason_only_ms"], res["hf_reason_ms"] = ours_ms, hf_ms
     res["reason_only_vs_hf_ratio"] = ours_ms / hf_ms
     res["reason_only_batch"] = 4
@@ -319,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         ("  kv_reuse_flop_ratio (theory)", f"{res['kv_reuse_flop_ratio']:.2f}x"),
         (f"Reasoner-only forward, batch 4 x {args.ar_len} (ms)", f"{ours_ms:.1f}"),
         ("  transformers Qwen3ForCausalLM, same dims (ms)", f"{hf_ms:.1f}"),
+        (
+            "  ours without packed weights (ms) / ratio",
+            f"{eager_ms:.1f} / {res['reason_only_unpacked_vs_hf_ratio']:.2f}",
+        ),
         (
             "  reason_only_vs_hf_ratio",
             f"{res['reason_only_vs_hf_ratio']:.2f} ({res['reason_only_vs_hf_ratio_median']:.2f})",

@@ -17,6 +17,7 @@ from torch import Tensor
 from cosmos3_robot.datasets.actions import ActionTransform
 from cosmos3_robot.datasets.text import load_tokenizer
 from cosmos3_robot.model import MoT
+from cosmos3_robot.model.cpu_pack import pack_for_cpu
 from cosmos3_robot.model.vae import VideoVAE, latent_frame_times, num_latent_frames
 from cosmos3_robot.tasks import ClipBatch
 from cosmos3_robot.training.latent_cache import resize_frames
@@ -67,7 +68,8 @@ class WorldModel:
         vae: VideoVAE,
         data_state: dict[str, Any],
     ):
-        self.model = model.eval()
+        # Inference only: Linear weights packed once for the CPU kernels (a no-op on other devices).
+        self.model = pack_for_cpu(model.eval())
         self.vae = vae.eval()
         self.state = data_state
         self.geometry = ClipGeometry.from_data_state(data_state)

@@ -1,0 +1,72 @@
+"""Packed CPU Linear weights: same results as F.linear, kept in step with their weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cosmos3_robot.model import cpu_pack
+from cosmos3_robot.model.cpu_pack import PackedLinear, pack_for_cpu, unpack
+from tests.test_model_core import make_gen, tiny_model
+
+pytestmark = pytest.mark.skipif(not cpu_pack.available(), reason="PyTorch built without oneDNN")
+
+
+def test_packed_linear_matches_f_linear_and_follows_weight_updates():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 80)
+    pack_for_cpu(lin)
+    assert type(lin) is PackedLinear
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    for _ in range(3):
+        x = torch.randn(5, 7, 48)
+        with torch.no_grad():
+            torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert lin._packed is not None and lin._packed_key[0] == lin.weight._version  # packed path ran
+        lin(x).square().mean().backward()  # grad mode: plain F.linear, gradients flow
+        assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
+        opt.step()  # in-place update: the next no-grad call must repack
+        opt.zero_grad()
+    lin.load_state_dict({"weight": torch.zeros(80, 48), "bias": torch.ones(80)})
+    with torch.inference_mode():
+        assert torch.equal(lin(torch.randn(3, 48)), torch.ones(3, 80))
+
+
+def test_packed_model_matches_eager_model_fp32_and_bf16():
+    m = tiny_model()
+    ids = torch.randint(0, m.config.vocab_size, (2, 6))
+    gen = make_gen(2, frames=[2, 3], actions=[4, 2], audio=[2, 1])
+    with torch.no_grad():
+        r = m.reason(ids)
+        v = m.denoise(r.cache, gen)
+    packed = pack_for_cpu(copy.deepcopy(m))
+    assert sum(type(x) is PackedLinear for x in packed.modules()) > 0
+    assert packed.state_dict().keys() == m.state_dict().keys()
+    with torch.no_grad():
+        rp = packed.reason(ids)
+        vp = packed.denoise(rp.cache, gen)
+    torch.testing.assert_close(rp.logits, r.logits, rtol=1e-4, atol=1e-5)
+    for k in v:
+        torch.testing.assert_close(vp[k], v[k], rtol=1e-4, atol=1e-5)
+    # bf16: packed against the same bf16 model eager, at bf16 tolerance
+    mb = copy.deepcopy(m).to(torch.bfloat16)
+    pb = pack_for_cpu(copy.deepcopy(mb))
+    with torch.no_grad():
+        torch.testing.assert_close(pb.reason(ids).logits, mb.reason(ids).logits, rtol=2e-2, atol=2e-2)
+
+
+def test_tied_weights_stay_tied_and_unpack_restores_linear():
+    m = tiny_model(tie_word_embeddings=True)
+    assert m.lm_head.weight is m.embed_tokens.weight
+    pack_for_cpu(m)
+    assert m.lm_head.weight is m.embed_tokens.weight
+    clone = copy.deepcopy(m)  # the packed cache is not copied, the module is
+    with torch.no_grad():
+        ids = torch.randint(0, m.config.vocab_size, (1, 4))
+        torch.testing.assert_close(clone.reason(ids).logits, m.reason(ids).logits)
+    unpack(m)
+    assert not any(type(x) is PackedLinear for x in m.modules())
+    assert all("_packed" not in x.__dict__ for x in m.modules())
