@@ -191,6 +191,32 @@ def test_guidance_batch_is_exactly_separate_calls():
         torch.testing.assert_close(both[n][2:], vu[n], atol=1e-5, rtol=1e-5)
 
 
+def test_cache_with_room_is_overwritten_each_step_and_checked():
+    """Steps write their keys into the request buffer in place: each call must equal the concatenating
+    path, whatever the previous call left there; a wrong size or autograd is refused."""
+    m = _model()
+    gen = make_gen(2, [2, 1], [3, 2], [2, 2])
+    cond, _ = _prompts(2, m.config.vocab_size)
+    ld = sum(s.length for _, s in gen.items())
+    with torch.no_grad():
+        cache = cond.run(m)
+        roomy = cache.with_room(ld)
+        assert roomy.length == cache.length and roomy.kv[0][0].shape[2] == cache.length + ld
+        for seed in (1, 2, 1):
+            g = torch.Generator().manual_seed(seed)
+            step = gen.replace_latents({n: torch.randn(s.latents.shape, generator=g) for n, s in gen.items()})
+            want, got = m.denoise(cache, step), m.denoise(roomy, step)
+            for n in want:
+                torch.testing.assert_close(got[n], want[n], atol=1e-6, rtol=1e-6)
+        with pytest.raises(ValueError, match="room for"):
+            m.denoise(cache.with_room(ld + 1), gen)
+        for (k, v), (k0, v0) in zip(roomy.reasoner_kv, cache.kv, strict=True):  # never written
+            assert torch.equal(k, k0) and torch.equal(v, v0)
+    with pytest.raises(ValueError, match="written in place"):
+        m.train()
+        m.denoise(roomy, gen)
+
+
 def test_guidance_bad_input():
     m = _model()
     gen = make_gen(2, [2, 2], [3, 3], [2, 2])

@@ -106,16 +106,27 @@ def generator_attention(
     v_dm: Tensor,
     ar_valid: Tensor | None = None,
     dm_valid: Tensor | None = None,
+    ar_len: int | None = None,
 ) -> Tensor:
     """Full attention of Generator queries over [Reasoner; Generator] keys.
 
     q_dm (B, H, Ld, D); k_ar/v_ar (B, G, La, D) — the Reasoner's (cached) keys and values;
     k_dm/v_dm (B, G, Ld, D); ar_valid (B, La), dm_valid (B, Ld) bool, None = no padding.
+    With ar_len = La, k_ar/v_ar are (B, G, La + Ld, D) request buffers (`ReasonerCache.with_room`):
+    k_dm/v_dm are written into their last Ld slots instead of being concatenated (inference only).
     """
-    k = torch.cat([k_ar.to(k_dm.dtype), k_dm], dim=2)
-    v = torch.cat([v_ar.to(v_dm.dtype), v_dm], dim=2)
+    b = k_dm.shape[0]
+    if ar_len is None:
+        ar_len = k_ar.shape[2]
+        k = torch.cat([k_ar.to(k_dm.dtype), k_dm], dim=2)
+        v = torch.cat([v_ar.to(v_dm.dtype), v_dm], dim=2)
+    else:
+        if k_dm.requires_grad:
+            raise ValueError("a cache with room is written in place: sample with it, do not train")
+        k_ar[:, :, ar_len:], v_ar[:, :, ar_len:] = k_dm, v_dm
+        k, v = k_ar, v_ar
     if ar_valid is None and dm_valid is not None:
-        ar_valid = torch.ones(k_ar.shape[0], k_ar.shape[2], dtype=torch.bool, device=k_ar.device)
+        ar_valid = torch.ones(b, ar_len, dtype=torch.bool, device=k_dm.device)
     if dm_valid is None and ar_valid is not None:
-        dm_valid = torch.ones(k_dm.shape[0], k_dm.shape[2], dtype=torch.bool, device=k_dm.device)
+        dm_valid = torch.ones(b, k_dm.shape[2], dtype=torch.bool, device=k_dm.device)
     return _sdpa(q_dm, k, v, mask=key_padding_mask(ar_valid, dm_valid))

@@ -42,33 +42,66 @@ from .sequence import GenInput, Stream
 class ReasonerCache:
     """What the Generator reads from the Reasoner: per-layer (K, V) and the segment's extent.
 
-    kv[i] = (K, V), each (B, G, La, D), already rotated. Read-only: every denoising step reuses it.
+    kv[i] = (K, V), each (B, G, La + room, D), already rotated. The first La slots are the
+    Reasoner's and read-only: every denoising step reuses them. `with_room` adds `room` slots after
+    them where each Generator step writes its own keys and values in place.
     """
 
     kv: list[tuple[Tensor, Tensor]]
     valid: Tensor | None  # (B, La) bool, None = no padding
     next_position: Tensor  # (B,) first time position after the Reasoner segment
+    room: int = 0
 
     @property
     def batch(self) -> int:
         return self.next_position.shape[0]
 
+    @property
+    def length(self) -> int:
+        """La: the Reasoner's tokens."""
+        return self.kv[0][0].shape[2] - self.room
+
+    @property
+    def reasoner_kv(self) -> list[tuple[Tensor, Tensor]]:
+        """Per-layer (K, V) of the Reasoner's La tokens only, (B, G, La, D) each."""
+        la = self.length
+        return [(k[:, :, :la], v[:, :, :la]) for k, v in self.kv]
+
+    def with_room(self, generator_tokens: int) -> ReasonerCache:
+        """A copy laid out as [K_ar | room for Ld Generator keys] per layer, for sampling.
+
+        Every denoising step then writes its Ld keys and values into the room, in place, instead of
+        concatenating [K_ar; K_dm] anew — in every layer, at every step. Inference only (the writes
+        are in place); the Generator input must have exactly `generator_tokens` tokens.
+        """
+        la = self.length
+        kv = []
+        for k, v in self.reasoner_kv:
+            b, g, _, d = k.shape
+            kk, vv = k.new_empty(b, g, la + generator_tokens, d), v.new_empty(b, g, la + generator_tokens, d)
+            kk[:, :, :la], vv[:, :, :la] = k, v
+            kv.append((kk, vv))
+        return ReasonerCache(kv=kv, valid=self.valid, next_position=self.next_position, room=generator_tokens)
+
     @staticmethod
     def cat(caches: list[ReasonerCache]) -> ReasonerCache:
         """Stack caches along the batch (e.g. conditional + unconditional for guidance), padding
         shorter Reasoner segments with masked keys."""
-        la = max(c.kv[0][0].shape[2] for c in caches)
+        la = max(c.length for c in caches)
 
         def pad(x: Tensor) -> Tensor:
             return torch.nn.functional.pad(x, (0, 0, 0, la - x.shape[2]))
 
         kv = [
-            (torch.cat([pad(c.kv[i][0]) for c in caches]), torch.cat([pad(c.kv[i][1]) for c in caches]))
+            (
+                torch.cat([pad(c.reasoner_kv[i][0]) for c in caches]),
+                torch.cat([pad(c.reasoner_kv[i][1]) for c in caches]),
+            )
             for i in range(len(caches[0].kv))
         ]
         valids = []
         for c in caches:
-            b, n = c.batch, c.kv[0][0].shape[2]
+            b, n = c.batch, c.length
             v = (
                 c.valid
                 if c.valid is not None
@@ -85,7 +118,7 @@ class ReasonerCache:
     def select(self, idx: Tensor) -> ReasonerCache:
         """The cache of the samples at `idx` (along B)."""
         return ReasonerCache(
-            kv=[(k[idx], v[idx]) for k, v in self.kv],
+            kv=[(k[idx], v[idx]) for k, v in self.reasoner_kv],
             valid=None if self.valid is None else self.valid[idx],
             next_position=self.next_position[idx],
         )
@@ -93,7 +126,7 @@ class ReasonerCache:
     def repeat(self, n: int) -> ReasonerCache:
         """Each sample's cache repeated n times along the batch (sample-major)."""
         return ReasonerCache(
-            kv=[(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in self.kv],
+            kv=[(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in self.reasoner_kv],
             valid=None if self.valid is None else self.valid.repeat_interleave(n, 0),
             next_position=self.next_position.repeat_interleave(n, 0),
         )
@@ -345,8 +378,14 @@ class MoT(nn.Module):
 
         rope: the precomputed `rotation_table` of `positions` (fixed across denoising steps)."""
         rope = rope if rope is not None else self._rope(positions)
+        if cache.room and cache.room != x.shape[1]:
+            raise ValueError(
+                f"the cache has room for {cache.room} Generator tokens but the input has {x.shape[1]}; "
+                "build it with cache.with_room(number of Generator tokens)"
+            )
+        ar_len = cache.length if cache.room else None
         for layer, kv in zip(self.layers, cache.kv, strict=True):
-            x = layer.generate(x, rope, kv, cache.valid, dm_valid)
+            x = layer.generate(x, rope, kv, cache.valid, dm_valid, ar_len)
         return self.norm_dm(x)
 
     def denoise(

@@ -100,7 +100,8 @@ def sample(
             c = ReasonerCache.cat([c, u])
         return c
 
-    cache = caches() if reuse_cache else None
+    # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once.
+    cache = caches().with_room(sum(s.length for _, s in gen.items())) if reuse_cache else None
     rope = None  # positions are fixed for the request: validate and rotate once
     first_step = True
     while not sampler.done:
