@@ -217,6 +217,26 @@ def test_cache_with_room_is_overwritten_each_step_and_checked():
         m.denoise(roomy, gen)
 
 
+def test_noisy_only_outputs_equal_full_outputs_at_noisy_tokens():
+    """Skipping clean tokens' queries in the last layer changes no velocity that a sampler reads."""
+    m = _model()
+    gen = make_gen(3, frames=[2, 3, 1], actions=[4, 2, 3], audio=[2, 2, 1])  # audio clean, padding
+    noisy = gen.action.noisy.clone()
+    noisy[1, 0] = False  # a pattern that differs across the batch
+    gen = dataclasses.replace(
+        gen, action=dataclasses.replace(gen.action, noisy=noisy, sigma=gen.action.sigma * noisy)
+    )
+    cond, _ = _prompts(3, m.config.vocab_size)
+    with torch.no_grad():
+        cache = cond.run(m)
+        full, part = m.denoise(cache, gen), m.denoise(cache, gen, noisy_only=True)
+    for name, s in gen.items():
+        union = s.noisy.any(dim=0)[None].expand_as(s.noisy)
+        torch.testing.assert_close(part[name][union], full[name][union], atol=1e-6, rtol=1e-6)
+        assert torch.equal(part[name][~union], torch.zeros_like(part[name][~union]))
+    assert not gen.audio.noisy.any() and torch.equal(part["audio"], torch.zeros_like(part["audio"]))
+
+
 def test_guidance_bad_input():
     m = _model()
     gen = make_gen(2, [2, 2], [3, 3], [2, 2])

@@ -91,13 +91,19 @@ class MoTBlock(nn.Module):
         ar_valid: Tensor | None,
         dm_valid: Tensor | None,
         ar_len: int | None = None,
+        queries: Tensor | None = None,
     ) -> Tensor:
         """Generator half. x (B, Ld, C); kv_ar = the Reasoner's (K, V) of this layer, (B, G, La, D),
-        or with ar_len = La a (B, G, La + Ld, D) buffer whose last Ld slots this call fills."""
+        or with ar_len = La a (B, G, La + Ld, D) buffer whose last Ld slots this call fills.
+
+        queries: indices (Lq,) of the tokens whose outputs are wanted, -> (B, Lq, C). Every token
+        still provides keys and values; only the selected ones attend, project and pass the MLP."""
         if self.dm is None:
             raise ValueError(
                 "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
             )
         q, k, v, _ = self.dm.self_attn.qkv(self.dm.input_layernorm(x), rope)
+        if queries is not None:
+            q, x = q[:, :, queries], x[:, queries]
         o = generator_attention(q, kv_ar[0], kv_ar[1], k, v, ar_valid, dm_valid, ar_len)
         return self.dm.finish(x, o)

@@ -373,10 +373,14 @@ class MoT(nn.Module):
         positions: Tensor | None,
         dm_valid: Tensor | None,
         rope: tuple[Tensor, Tensor] | None = None,
+        outputs: Tensor | None = None,
     ) -> Tensor:
         """The Generator tower over embedded tokens x (B, Ld, C), reading the cache -> (B, Ld, C) normed.
 
-        rope: the precomputed `rotation_table` of `positions` (fixed across denoising steps)."""
+        rope: the precomputed `rotation_table` of `positions` (fixed across denoising steps).
+        outputs: indices (Lo,) of the tokens whose outputs are wanted -> (B, Lo, C). The last layer
+        then runs its queries, output projection and MLP for those tokens only (all tokens still
+        serve as keys and values there, and run fully in the layers before)."""
         rope = rope if rope is not None else self._rope(positions)
         if cache.room and cache.room != x.shape[1]:
             raise ValueError(
@@ -384,8 +388,9 @@ class MoT(nn.Module):
                 "build it with cache.with_room(number of Generator tokens)"
             )
         ar_len = cache.length if cache.room else None
-        for layer, kv in zip(self.layers, cache.kv, strict=True):
-            x = layer.generate(x, rope, kv, cache.valid, dm_valid, ar_len)
+        last = len(self.layers) - 1
+        for i, (layer, kv) in enumerate(zip(self.layers, cache.kv, strict=True)):
+            x = layer.generate(x, rope, kv, cache.valid, dm_valid, ar_len, outputs if i == last else None)
         return self.norm_dm(x)
 
     def denoise(
@@ -395,27 +400,41 @@ class MoT(nn.Module):
         *,
         validate: bool = True,
         rope: tuple[Tensor, Tensor] | None = None,
+        noisy_only: bool = False,
     ) -> dict[str, Tensor]:
         """One Generator pass over `gen`, reading the Reasoner's cache. Returns the predicted
         velocity per stream, {name: (B, N, width)} (zeros where a token is padding).
 
         A sampler validates its request once and passes `validate=False` and the request's
-        `rope = model.generator_rope(cache, gen)` on later steps: neither changes between steps."""
+        `rope = model.generator_rope(cache, gen)` on later steps: neither changes between steps.
+        With `noisy_only`, velocities are computed only at tokens noisy in some sample of the batch
+        (zeros elsewhere): clean conditioning tokens serve as keys and values, but their own outputs
+        are never used, so the last layer skips them (`run_generator(outputs=...)`)."""
         x, dm_valid = self._embed_tokens(cache, gen, validate)
         positions = self.generator_positions(cache, gen) if rope is None else None
-        h = self.run_generator(cache, x, positions, dm_valid, rope)
         streams = gen.items()
+        keep = None
+        if noisy_only:
+            wanted = torch.cat([s.noisy.any(dim=0) for _, s in streams])  # (Ld,) noisy in some sample
+            if not bool(wanted.all()):
+                keep = wanted.nonzero().squeeze(1)
+        h = self.run_generator(cache, x, positions, dm_valid, rope, keep)
+        if keep is not None:  # back to every token; the rows not computed are masked below
+            h = h.new_zeros(h.shape[0], x.shape[1], h.shape[2]).index_copy_(1, keep, h)
+        lengths = [s.length for _, s in streams]
+        wanted_parts = torch.split(wanted, lengths) if keep is not None else [None] * len(streams)
         out = {}
-        for (name, s), part in zip(
-            streams, torch.split(h, [s.length for _, s in streams], dim=1), strict=True
-        ):
+        for (name, s), part, w in zip(streams, torch.split(h, lengths, dim=1), wanted_parts, strict=True):
             if name == "video":
                 v = self.video_out(part)
             elif name == "audio":
                 v = self.audio_out(part)
             else:
                 v = self.action_out(part, s.embodiment)
-            out[name] = v if s.valid is None else v * s.valid[..., None].to(v.dtype)
+            mask = s.valid
+            if w is not None:
+                mask = w[None] if mask is None else mask & w[None]
+            out[name] = v if mask is None else v * mask[..., None].to(v.dtype)
         return out
 
     def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:

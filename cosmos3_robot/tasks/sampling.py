@@ -113,9 +113,9 @@ def sample(
         if reuse_cache:
             if rope is None:
                 rope = model.generator_rope(cache, step_in)
-            v = model.denoise(cache, step_in, validate=False, rope=rope)
+            v = model.denoise(cache, step_in, validate=False, rope=rope, noisy_only=True)
         else:  # Reasoner, positions and rotations recomputed every step; inputs validated once
-            v = model.denoise(caches(), step_in, validate=first_step)
+            v = model.denoise(caches(), step_in, validate=first_step, noisy_only=True)
         first_step = False
         if use_cfg:
             v = guided({n: t[:b] for n, t in v.items()}, {n: t[b:] for n, t in v.items()}, guidance)
