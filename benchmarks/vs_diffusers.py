@@ -37,18 +37,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cosmos3_robot.flow import make_sigmas  # noqa: E402
 from cosmos3_robot.model import ReasonerCache, preset, unpatchify  # noqa: E402
 from cosmos3_robot.model.diffusers_io import config_to_diffusers, load_diffusers_cosmos3  # noqa: E402
 from cosmos3_robot.model.diffusers_positions import cosmos3_gen_input, diffusers_request, diffusers_step  # noqa: E402
-
-try:  # the flow package is written in parallel; fall back to the two-line Euler update
-    from cosmos3_robot.flow import make_sigmas
-except ImportError:  # pragma: no cover
-
-    def make_sigmas(num_steps: int, shift: float = 1.0) -> torch.Tensor:
-        s = torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)
-        return (shift * s / (1 + (shift - 1) * s)).float()
-
 
 MODES = {  # (clean latent frames, clean actions) of a 3-frame, 8-action request
     "forward_dynamics": ([0], list(range(8))),
@@ -132,10 +124,14 @@ def run_ours(
     )  # fmt: skip
     x = {"video": gen.video.latents, "action": gen.action.latents}
     noisy = {"video": gen.video.noisy, "action": gen.action.noisy}
+    # As `tasks.sampling.sample`: keys laid out once per request, positions rotated once, inputs
+    # validated once, velocities only where tokens are noisy.
+    cache = cache.with_room(gen.video.length + gen.action.length)
+    rope = model.generator_rope(cache, gen)
     for i in range(len(sigmas) - 1):
         s = float(sigmas[i])
         sig = {k: noisy[k].float() * s for k in x}
-        v = model.denoise(cache, gen.replace_latents(x, sig))
+        v = model.denoise(cache, gen.replace_latents(x, sig), validate=False, rope=rope, noisy_only=True)
         if scale is not None:
             v = {k: t[b:] + scale * (t[:b] - t[b:]) for k, t in v.items()}
         h = float(sigmas[i + 1] - sigmas[i])
