@@ -59,18 +59,18 @@ def rope_cos_sin(
 
 
 def rotation_table(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """(cos, sin) (B, L, D) -> (cos, signed sin) (B, L, 1, D) for `rotate_heads`.
+    """(cos, sin) (..., L, D) -> (cos, signed sin) (..., L, 1, D) for `rotate_heads`.
 
     Rotate-half layout: pair j is (x[j], x[j + D/2]). The sign of the rotation is folded into sin
     once per request, so rotating a tensor costs a flip, a multiply and one fused multiply-add.
     """
     half = sin.shape[-1] // 2
     signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
-    return cos[:, :, None], signed[:, :, None]
+    return cos.unsqueeze(-2), signed.unsqueeze(-2)
 
 
 def rotate_heads(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
-    """x (B, L, N, D) rotated by a `rotation_table` (B, L, 1, D):
+    """x (..., L, N, D) rotated by a `rotation_table` (..., L, 1, D):
     (x1, x2) -> (x1·cos - x2·sin, x2·cos + x1·sin), in float32, returned in x's dtype."""
     xf = x.float()
     swapped = xf.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # (x2, x1): rotate-half without its sign

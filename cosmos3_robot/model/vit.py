@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import _positive
+from .rope import rotate_heads, rotation_table
 
 
 @dataclass
@@ -132,11 +133,6 @@ def vit_preset(name: str, out_hidden_size: int) -> ViTConfig:
 # ------------------------------------------------------------------------------------------------
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class PatchEmbed(nn.Module):
     """A linear map of each flattened (C, T, P, P) patch: a Conv3d whose stride equals its kernel."""
 
@@ -155,13 +151,12 @@ class VisionAttention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, seqlens: list[int]) -> Tensor:
-        """x (N, C); cos/sin (N, D); attention is full within each segment of `seqlens` (one frame)."""
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], seqlens: list[int]) -> Tensor:
+        """x (N, C); rope a `rotation_table` (N, 1, D); attention is full within each segment of
+        `seqlens` (one frame)."""
         n, c = x.shape
         q, k, v = self.qkv(x).view(n, 3, self.num_heads, -1).unbind(1)  # (N, H, D) each
-        q, k = (
-            ((t.float() * cos[:, None]) + _rotate_half(t.float()) * sin[:, None]).to(x.dtype) for t in (q, k)
-        )
+        q, k = rotate_heads(q, *rope), rotate_heads(k, *rope)
         q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (H, N, D)
         if len(set(seqlens)) == 1:  # all frames the same size: one batched call
             s = seqlens[0]
@@ -198,8 +193,8 @@ class VisionBlock(nn.Module):
         self.attn = VisionAttention(cfg)
         self.mlp = VisionMLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, seqlens: list[int]) -> Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin, seqlens)
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], seqlens: list[int]) -> Tensor:
+        x = x + self.attn(self.norm1(x), rope, seqlens)
         return x + self.mlp(self.norm2(x))
 
 
@@ -271,9 +266,9 @@ class ViT(nn.Module):
             [PatchMerger(config, norm_after_concat=True) for _ in config.deepstack_indexes]
         )
 
-    def _positions(self, grids: list[tuple[int, int, int]]) -> tuple[Tensor, Tensor, Tensor]:
+    def _positions(self, grids: list[tuple[int, int, int]]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Per patch: the learned position embedding (bilinearly resampled from the square grid to
-        each image's h×w, align_corners=True) (N, C) and the 2-D RoPE cos, sin (N, D)."""
+        each image's h×w, align_corners=True) (N, C) and the 2-D RoPE `rotation_table` (N, 1, D)."""
         cfg = self.config
         side = math.isqrt(cfg.num_position_embeddings)
         table = (
@@ -292,7 +287,7 @@ class ViT(nn.Module):
         pos = torch.cat(embeds).to(dev, self.pos_embed.weight.dtype)
         ang = torch.cat(angles).to(dev)
         ang = torch.cat([ang, ang], dim=-1)
-        return pos, ang.cos(), ang.sin()
+        return pos, rotation_table(ang.cos(), ang.sin())
 
     def forward(self, pixels: Tensor, grid_thw: Tensor) -> ViTOutput:
         """pixels (N, C·T·P·P) in the processor's patch order; grid_thw (n, 3) patches per image/video."""
@@ -304,12 +299,12 @@ class ViT(nn.Module):
                 f"pixels must have shape (sum t·h·w, C·T·P·P) = ({n}, {cfg.patch_dim}) for grid_thw {grids}, "
                 f"got {tuple(pixels.shape)}"
             )
-        pos, cos, sin = self._positions(grids)
+        pos, rope = self._positions(grids)
         x = self.patch_embed(pixels) + pos
         seqlens = [h * w for t, h, w in grids for _ in range(t)]  # attention within each frame
         deepstack = []
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, seqlens)
+            x = block(x, rope, seqlens)
             if i in cfg.deepstack_indexes:
                 deepstack.append(self.deepstack_merger_list[cfg.deepstack_indexes.index(i)](x))
         return ViTOutput(tokens=self.merger(x), deepstack=deepstack)
