@@ -39,18 +39,6 @@ from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.tasks.sampling import Prompt, sample  # noqa: E402
 
 
-def timed(fn, reps: int, warmup: int = 1) -> tuple[float, float]:
-    """(min, median) wall time of fn() in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return min(times), statistics.median(times)
-
-
 def timed_alternating(fns: list, reps: int, warmup: int = 1) -> list[tuple[float, float]]:
     """(min, median) ms of each fn, the fns timed in turn, so that machine noise hits all alike.
 
@@ -283,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         opt.step()
 
-    ld_t = sum(s.length for _, s in tgen.items())
+    ld_t = tgen.length
     # forward AR (no grad) + 3x forward of the Generator (forward + backward)
     step_flops = bt * (reasoner_flops(cfg, 64, False) + 3 * generator_flops(cfg, 64, ld_t))
     train = {}
     for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        ms, ms_med = timed(lambda dt=dt: train_step(dt), args.train_reps, warmup=2)
+        ((ms, ms_med),) = timed_alternating([lambda dt=dt: train_step(dt)], args.train_reps, warmup=2)
         gf = step_flops / (ms / 1e3) / 1e9
         train[name] = {
             "ms": ms,

@@ -126,7 +126,7 @@ def run_ours(
     noisy = {"video": gen.video.noisy, "action": gen.action.noisy}
     # As `tasks.sampling.sample`: keys laid out once per request, positions rotated once, inputs
     # validated once, velocities only where tokens are noisy.
-    cache = cache.with_room(gen.video.length + gen.action.length)
+    cache = cache.with_room(gen.length)
     rope = model.generator_rope(cache, gen)
     for i in range(len(sigmas) - 1):
         s = float(sigmas[i])

@@ -197,7 +197,7 @@ def test_cache_with_room_is_overwritten_each_step_and_checked():
     m = _model()
     gen = make_gen(2, [2, 1], [3, 2], [2, 2])
     cond, _ = _prompts(2, m.config.vocab_size)
-    ld = sum(s.length for _, s in gen.items())
+    ld = gen.length
     with torch.no_grad():
         cache = cond.run(m)
         roomy = cache.with_room(ld)

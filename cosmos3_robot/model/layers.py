@@ -89,10 +89,14 @@ class EmbodimentLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.zeros_(self.bias)
 
-    def check(self, embodiment: Tensor, batch: int) -> None:
-        """Raise ValueError unless embodiment is a (batch,) tensor of ids this map has."""
+    @staticmethod
+    def _check_shape(embodiment: Tensor, batch: int) -> None:
         if embodiment.shape != (batch,):
             raise ValueError(f"embodiment must have shape (B,) = ({batch},), got {tuple(embodiment.shape)}")
+
+    def check(self, embodiment: Tensor, batch: int) -> None:
+        """Raise ValueError unless embodiment is a (batch,) tensor of ids this map has."""
+        self._check_shape(embodiment, batch)
         if embodiment.min() < 0 or embodiment.max() >= self.num_embodiments:
             raise ValueError(
                 f"embodiment ids must be in [0, {self.num_embodiments}), got {embodiment.tolist()}; "
@@ -102,9 +106,6 @@ class EmbodimentLinear(nn.Module):
     def forward(self, x: Tensor, embodiment: Tensor) -> Tensor:
         """x (B, L, in), embodiment (B,) long -> (B, L, out). Ids are not range-checked here (callers
         validate once per request with `check`): a Generator step must not synchronise on them."""
-        if embodiment.shape != (x.shape[0],):
-            raise ValueError(
-                f"embodiment must have shape (B,) = ({x.shape[0]},), got {tuple(embodiment.shape)}"
-            )
+        self._check_shape(embodiment, x.shape[0])
         w = self.weight[embodiment]  # (B, in, out)
         return torch.bmm(x, w.to(x.dtype)) + self.bias[embodiment].to(x.dtype)[:, None, :]

@@ -102,6 +102,11 @@ class GenInput:
         return [(f.name, getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None]
 
     @property
+    def length(self) -> int:
+        """Ld: tokens over all streams."""
+        return sum(s.length for _, s in self.items())
+
+    @property
     def batch(self) -> int:
         items = self.items()
         if not items:

@@ -86,7 +86,7 @@ def sample(
         else {n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()}
     )
     noisy = {n: s.noisy for n, s in gen.items()}
-    noisy_f = {n: m.to(s.sigma.dtype) for (n, m), (_, s) in zip(noisy.items(), gen.items(), strict=True)}
+    noisy_f = {n: s.noisy.to(s.sigma.dtype) for n, s in gen.items()}
     use_cfg = guidance != 1.0
 
     def caches() -> ReasonerCache:
@@ -101,9 +101,9 @@ def sample(
         return c
 
     # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once.
-    cache = caches().with_room(sum(s.length for _, s in gen.items())) if reuse_cache else None
-    rope = None  # positions are fixed for the request: validate and rotate once
-    first_step = True
+    cache = caches().with_room(gen.length) if reuse_cache else None
+    rope = None
+    first_step = True  # inputs are validated, and positions rotated, on the first step only
     while not sampler.done:
         sigma = sampler.sigma
         sig = {n: m * sigma for n, m in noisy_f.items()}  # σ on noisy tokens, 0 on clean ones
@@ -111,7 +111,7 @@ def sample(
         if use_cfg:
             step_in = GenInput.cat([step_in, step_in])
         if reuse_cache:
-            if rope is None:
+            if first_step:
                 rope = model.generator_rope(cache, step_in)
             v = model.denoise(cache, step_in, validate=False, rope=rope, noisy_only=True)
         else:  # Reasoner, positions and rotations recomputed every step; inputs validated once
