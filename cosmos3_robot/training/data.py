@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from cosmos3_robot.model.vae import (
     vae_config,
 )
 from cosmos3_robot.tasks.base import ClipBatch
-from cosmos3_robot.training.batches import IGNORE, DataSource
+from cosmos3_robot.training.batches import IGNORE, DataSource, TextBatch
 from cosmos3_robot.training.latent_cache import (
     CachedEncoder,
     LatentCache,
@@ -185,63 +185,6 @@ class DataConfig:
 # ------------------------------------------------------------------------------------------------
 # Batches and the source interface
 # ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TextBatch:
-    """A Reasoner batch: prompt (+ image) -> answer, next-token labels on the answer only.
-
-    labels[b, t] is the token at t + 1 when that token belongs to the answer (its EOS included),
-    else -100; so `cross_entropy(logits[b, t], labels[b, t])` over all t is the answer's NLL.
-
-    `reason_kwargs` is empty for text-only batches. With images it holds the ViT inputs
-    (`pixel_values` (N, patch_dim), `image_grid_thw` (B, 3)), which are not MoT.reason arguments:
-    the ViT is trained in this stage, so it must run inside the training step. Call
-    `reasoner_inputs(model, vit)` for the full keyword arguments of `MoT.reason` in both cases.
-    """
-
-    input_ids: Tensor  # (B, L) right-padded
-    lengths: Tensor  # (B,)
-    labels: Tensor  # (B, L)
-    reason_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def batch(self) -> int:
-        return self.input_ids.shape[0]
-
-    @property
-    def has_images(self) -> bool:
-        return "pixel_values" in self.reason_kwargs
-
-    def to(self, device) -> TextBatch:
-        kw = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in self.reason_kwargs.items()}
-        return replace(
-            self,
-            input_ids=self.input_ids.to(device),
-            lengths=self.lengths.to(device),
-            labels=self.labels.to(device),
-            reason_kwargs=kw,
-        )
-
-    def reasoner_inputs(self, model, vit=None) -> dict[str, Any]:
-        """Keyword arguments of `model.reason(...)` (add `logits=True` etc. as needed)."""
-        if not self.has_images:
-            return {"input_ids": self.input_ids, "lengths": self.lengths}
-        if vit is None:
-            raise ValueError("this TextBatch holds images: pass the ViT to reasoner_inputs(model, vit)")
-        from cosmos3_robot.model.multimodal import build_reasoner_inputs
-
-        ids = self.reason_kwargs["vision_token_ids"]
-        inputs = build_reasoner_inputs(
-            model,
-            vit,
-            self.input_ids,
-            ids,
-            lengths=self.lengths,
-            pixel_values=self.reason_kwargs["pixel_values"],
-            image_grid_thw=self.reason_kwargs["image_grid_thw"],
-        )
-        return inputs.reason_kwargs()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -41,10 +41,7 @@ class StageLoss(nn.Module):
         return self._clips(batch, plan)
 
     def _text(self, batch: Any, plan: dict[str, Any]):
-        if hasattr(batch, "reasoner_inputs"):  # data.TextBatch: runs the ViT on its images, if any
-            kwargs = batch.reasoner_inputs(self.model, self.vit)
-        else:
-            kwargs = {"input_ids": batch.input_ids, "lengths": batch.lengths, **(batch.reason_kwargs or {})}
+        kwargs = batch.reasoner_inputs(self.model, self.vit)  # runs the ViT on the images, if any
         logits = self.model.reason(**kwargs, logits=True).logits  # (B, L, V)
         labels = batch.labels
         ce = F.cross_entropy(

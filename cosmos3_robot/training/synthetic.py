@@ -6,28 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from cosmos3_robot.model import ModelConfig
 from cosmos3_robot.tasks import ClipBatch
 
-from .batches import IGNORE
+from .batches import IGNORE, TextBatch
 
 # ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SyntheticTextBatch:
-    """A text batch as the trainer reads it (`training.batches`): ids, lengths, labels."""
-
-    input_ids: Tensor
-    lengths: Tensor
-    labels: Tensor
-    reason_kwargs: dict = field(default_factory=dict)
 
 
 class SyntheticData:
@@ -97,7 +85,7 @@ class SyntheticData:
         ids = seq[:, :L] * valid
         labels = torch.where(valid, seq[:, 1:], torch.full_like(ids, IGNORE))
         labels[:, :2] = IGNORE  # a "prompt" without loss
-        return SyntheticTextBatch(input_ids=ids, lengths=lengths, labels=labels, reason_kwargs={})
+        return TextBatch(input_ids=ids, lengths=lengths, labels=labels)
 
     def _make(self, g: torch.Generator):
         return self._text(g) if self.stage == "reasoner" else self._clip(g)
