@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
     from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, rollout
     from cosmos3_robot.policies.world_model import WorldModel
 
-    world = WorldModel.from_folder(summary["model"])
+    world = WorldModel.from_folder(summary["model"], vae=data.vae)  # the VAE it was trained with
     open_loop = evaluate(world, data, args.eval_clips, args.sampling_steps, rrd=out / "forward_dynamics.rrd")
     runner = PolicyRunner(world, execute=4, sampling=SamplingConfig(steps=args.sampling_steps))
     closed = rollout(args.env, runner, args.eval_episodes, seed=10_000)

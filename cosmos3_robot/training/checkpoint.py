@@ -246,7 +246,7 @@ def _write_model(folder: Path, snap: Snapshot) -> None:
     write_json(folder / "config.json", _model_config_json(snap))
 
 
-def export_model(folder: str | Path, snap: Snapshot, data_state: dict[str, Any]) -> Path:
+def export_model(folder: str | Path, snap: Snapshot) -> Path:
     """Write `snap` as a `load_model` folder, atomically, with the EMA weights (if any) in place of
     the trained ones and the data pipeline's state (normalisation stats, tokenizer, clip geometry,
     VAE) beside them, so that the weights never travel without what their inputs and outputs mean."""
@@ -254,7 +254,7 @@ def export_model(folder: str | Path, snap: Snapshot, data_state: dict[str, Any])
     state = {**snap.model_state, **(snap.ema_state or {})}
     with atomic_folder(folder) as tmp:
         _write_model(tmp, dataclasses.replace(snap, model_state=state))
-        write_json(tmp / "data_state.json", json.loads(json.dumps(data_state)))
+        write_json(tmp / "data_state.json", json.loads(json.dumps(snap.data_state)))
     return folder
 
 

@@ -426,7 +426,7 @@ class Trainer:
         folder = Path(folder or self.out / "model")
         snap = self.snapshot()
         if self.dist.is_main:
-            ckpt.export_model(folder, snap, self.data.state())
+            ckpt.export_model(folder, snap)
         barrier(self.dist)
         return folder
 
