@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from .checkpoint import set_tensor
 from .config import ModelConfig
 from .diffusers_config import DIFFUSERS_CLASS, DiffusersCompat, config_from_diffusers, config_to_diffusers
 from .mot import MoT
@@ -170,12 +171,6 @@ def _names_error(what: str, names: list[str], limit: int = 8) -> str:
     return f"{what}: {', '.join(names[:limit])}{more}"
 
 
-def _set_tensor(model: nn.Module, name: str, value: Tensor) -> None:
-    module_name, _, attr = name.rpartition(".")
-    module = model.get_submodule(module_name) if module_name else model
-    module._parameters[attr] = nn.Parameter(value, requires_grad=module._parameters[attr].requires_grad)
-
-
 def _target_dtype(our_name: str, stored: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
     if dtype is None or not stored.is_floating_point:
         return stored
@@ -236,7 +231,7 @@ def load_diffusers_cosmos3(
             for m in maps:
                 t = f.get_tensor(m.diffusers)
                 t = t.to(_target_dtype(m.ours, t.dtype, dtype))
-                _set_tensor(model, m.ours, m.to_ours(t, tuple(params[m.ours].shape)))
+                set_tensor(model, m.ours, m.to_ours(t, tuple(params[m.ours].shape)))
     left = [n for n, p in model.named_parameters() if p.is_meta] + [
         n for n, b in model.named_buffers() if b.is_meta
     ]
