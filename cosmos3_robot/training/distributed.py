@@ -111,10 +111,6 @@ def wrap(module: nn.Module, strategy: str, info: DistInfo) -> nn.Module:
     raise ValueError(f"unknown distributed strategy {strategy!r}; choose 'ddp' or 'fsdp'")
 
 
-def unwrap(module: nn.Module) -> nn.Module:
-    return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
-
-
 def all_reduce_sum(x: Tensor, info: DistInfo) -> Tensor:
     if info.enabled:
         x = x.clone()

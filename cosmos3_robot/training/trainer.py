@@ -115,7 +115,6 @@ class Trainer:
         self.epoch = 0
         self.batch_in_epoch = 0
         self.history: list[dict[str, Any]] = []
-        self._data_iter: Iterator[Any] | None = None
 
     # -- what trains ------------------------------------------------------------------------------
     def _freeze(self) -> None:
@@ -404,7 +403,6 @@ class Trainer:
         self.step = snap.step
         self.epoch = int(snap.trainer_state["epoch"])
         self.batch_in_epoch = int(snap.trainer_state["batch_in_epoch"])
-        self._data_iter = None
 
     def _maybe_resume(self) -> None:
         mode = self.cfg.checkpoint.resume
