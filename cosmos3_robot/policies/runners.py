@@ -56,7 +56,6 @@ class PolicyRunner:
                 f"the model predicts one action every {g.action_step} dataset frames; a closed-loop "
                 "policy needs one per env step (train with action_hz = the dataset fps)"
             )
-        self.head = make_task("policy")
         self.queue: deque[np.ndarray] = deque()
         self.generator = torch.Generator().manual_seed(self.sampling.seed)
 
@@ -67,14 +66,7 @@ class PolicyRunner:
         """One frame (H, W, 3) uint8 -> an action chunk (Na, A) in env units."""
         frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
         batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1)
-        out = self.head.sample(
-            self.world.model,
-            batch,
-            make_sampler(self.sampling.sampler),
-            self.sampling.steps,
-            shift=self.sampling.shift,
-            generator=self.generator,
-        )
+        out = _sample(self.world, "policy", batch, self.sampling, self.generator)
         return self.world.raw_actions(out["action"])[0]
 
     def act(self, obs: dict, task: str) -> np.ndarray:
@@ -112,14 +104,17 @@ def rollout(
     return {"success_rate": float(np.mean([r["success"] for r in results])), "episodes": results}
 
 
-def _sample(world: WorldModel, mode: str, batch, sampling: SamplingConfig) -> dict[str, Tensor]:
+def _sample(
+    world: WorldModel, mode: str, batch, sampling: SamplingConfig, generator: torch.Generator | None = None
+) -> dict[str, Tensor]:
+    """Sample `mode` with `sampling`; noise from `generator`, else a fresh one seeded by sampling.seed."""
     return make_task(mode).sample(
         world.model,
         batch,
         make_sampler(sampling.sampler),
         sampling.steps,
         shift=sampling.shift,
-        generator=torch.Generator().manual_seed(sampling.seed),
+        generator=generator if generator is not None else torch.Generator().manual_seed(sampling.seed),
     )
 
 
