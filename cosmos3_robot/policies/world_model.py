@@ -95,7 +95,8 @@ class WorldModel:
         state = json.loads(state_path.read_text())
         model, _, _ = load_model(folder)
         if vae is None:  # the VAE the data pipeline used: its folder, or its seeded random one
-            from cosmos3_robot.training.data import DataConfig, load_vae
+            from cosmos3_robot.training.data import DataConfig
+            from cosmos3_robot.training.generator_data import load_vae
 
             vae = load_vae(DataConfig(**state["data_config"]), model.config)
         return cls(model, vae, state)

@@ -22,7 +22,7 @@ IGNORE = -100  # label of positions without loss (prompt, padding)
 
 
 class DataSource(Protocol):
-    """What the trainer reads: `training.data.GeneratorData`, `reasoner_data.ReasonerData`,
+    """What the trainer reads: `generator_data.GeneratorData`, `reasoner_data.ReasonerData`,
     `synthetic.SyntheticData`."""
 
     def train_batches(self, epoch: int) -> Iterator[Any]: ...

@@ -1,0 +1,325 @@
+"""Generator-stage data: LeRobot clips (and action-free mp4 clips) -> ClipBatches, through the
+frozen VAE or the latent cache. The configuration and the helpers both stages share are in
+`training/data.py`; see its docstring for the whole pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cosmos3_robot.datasets import (
+    ClipDataset,
+    ClipSpec,
+    VideoFolderConfig,
+    VideoFolderDataset,
+    open_lerobot_dataset,
+)
+from cosmos3_robot.datasets.actions import ActionTransform, EmbodimentRegistry
+from cosmos3_robot.datasets.normalize import Normalizer
+from cosmos3_robot.datasets.text import load_tokenizer
+from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.model.vae import (
+    TEMPORAL_FACTOR,
+    VideoVAE,
+    check_spatial_size,
+    latent_frame_times,
+    num_latent_frames,
+    vae_config,
+)
+from cosmos3_robot.tasks.base import ClipBatch
+from cosmos3_robot.training.data import (
+    DataConfig,
+    _check_vocab,
+    _chunks,
+    _clip_dataset,
+    _dataset_meta,
+    _loader,
+    _require,
+    _split,
+    _val_indices,
+)
+from cosmos3_robot.training.latent_cache import (
+    CachedEncoder,
+    LatentCache,
+    episode_frames,
+    resize_frames,
+    vae_fingerprint,
+)
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "cosmos3_robot" / "latents"
+
+
+def _anchor_frames(ds: ClipDataset) -> np.ndarray:
+    """Frame index (within its episode) of each clip's anchor."""
+    return ds._frame[ds.anchors]
+
+
+def _to_uint8(video: Tensor) -> Tensor:
+    """Decoded frames float [0, 1] (LeRobot decodes uint8 / 255) -> exactly those uint8 values."""
+    return video if video.dtype == torch.uint8 else (video * 255).round().clamp(0, 255).to(torch.uint8)
+
+
+# ------------------------------------------------------------------------------------------------
+# Generator stage
+# ------------------------------------------------------------------------------------------------
+
+
+def load_vae(cfg: DataConfig, model_cfg: ModelConfig) -> VideoVAE:
+    if cfg.vae is not None:
+        vae = VideoVAE.from_pretrained(cfg.vae)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            vae = VideoVAE(vae_config(cfg.vae_preset, latent_channels=model_cfg.latent_channels))
+    if vae.latent_channels != model_cfg.latent_channels:
+        raise ValueError(
+            f"VAE {cfg.vae} has {vae.latent_channels} latent channels but the model expects "
+            f"{model_cfg.latent_channels} (ModelConfig.latent_channels); use a matching VAE or model"
+        )
+    return vae
+
+
+class GeneratorData:
+    """ClipBatches from a LeRobot dataset (+ action-free mp4 clips). See the module docstring."""
+
+    def __init__(self, cfg: DataConfig, model_cfg: ModelConfig) -> None:
+        if not model_cfg.has_generator:
+            raise ValueError("make_generator_data needs a model with a Generator (ModelConfig.generator)")
+        self.cfg, self.model_cfg = cfg, model_cfg
+        self.tokenizer = load_tokenizer(cfg.tokenizer)
+        _check_vocab(self.tokenizer, model_cfg)
+        meta, self.name = _dataset_meta(cfg)
+        _require(meta, self.name, cfg.image_key, "generator training", "set DataConfig.image_key")
+        if cfg.num_actions > 0:
+            _require(
+                meta, self.name, cfg.action_key, "generator training",
+                "set DataConfig.action_key, or use the folder as action-free video",
+            )  # fmt: skip
+        self.fps = float(meta.fps)
+        self.image_size = cfg.image_size or int(meta.features[cfg.image_key]["shape"][0])
+        try:
+            check_spatial_size(self.image_size, self.image_size)
+        except ValueError as e:
+            raise ValueError(
+                f"dataset {self.name}, key {cfg.image_key!r}: {e} (or set DataConfig.image_size)"
+            ) from None
+        self.spec = cfg.clip_spec()
+        self.frame_step, self.action_step = self.spec.steps(self.fps, self.name)
+        self.split = _split(cfg, meta, self.name)
+        # One ClipDataset over every episode; the split picks clip indices (clips never cross episodes).
+        self.ds = _clip_dataset(cfg, self.spec, None)
+        episode = self.ds._episode[self.ds.anchors]
+        on_grid = _anchor_frames(self.ds) % cfg.clip_stride == 0
+        self.train_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.train))
+        self.val_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.val))
+        if len(self.train_idx) == 0:
+            raise ValueError(
+                f"dataset {self.name}: the training episodes {self.split.train} hold no clip of "
+                f"{cfg.num_frames} frames / {cfg.num_actions} actions; use pad=True or shorter clips"
+            )
+
+        # Actions: this dataset's statistics, padded to the model's action width.
+        self.action_transform: ActionTransform | None = None
+        self.embodiments = EmbodimentRegistry()
+        if cfg.num_actions > 0:
+            width = cfg.action_width or model_cfg.action_dim
+            if width is None:
+                raise ValueError(
+                    "the model has no action input (ModelConfig.action_dim=None); set num_actions=0"
+                )
+            if model_cfg.action_dim is not None and width != model_cfg.action_dim:
+                raise ValueError(
+                    f"DataConfig.action_width={width} differs from the model's action_dim={model_cfg.action_dim}"
+                )
+            if not meta.stats or cfg.action_key not in meta.stats:
+                raise ValueError(
+                    f"dataset {self.name}: no statistics for key {cfg.action_key!r} in meta/stats.json"
+                )
+            if isinstance(cfg.embodiment, int):
+                emb_name, emb_id = meta.repo_id, cfg.embodiment
+                self.embodiments.ids[emb_name] = emb_id
+            else:
+                emb_name, emb_id = cfg.embodiment, self.embodiments.id_for(cfg.embodiment)
+            if emb_id >= model_cfg.num_embodiments:
+                raise ValueError(
+                    f"DataConfig.embodiment={emb_id} but the model has {model_cfg.num_embodiments} action "
+                    "projections (ModelConfig.num_embodiments)"
+                )
+            self.embodiment_id = emb_id
+            self.action_transform = ActionTransform(
+                name=emb_name,
+                embodiment_id=emb_id,
+                width=width,
+                normalizer=Normalizer.from_lerobot_stats(meta.stats, {cfg.action_key: cfg.action_norm}),
+                key=cfg.action_key,
+            )
+
+        # Action-free clips at the same video rate (so latents share the time axis).
+        self.free_ds: VideoFolderDataset | None = None
+        self.free_idx = np.zeros(0, dtype=np.int64)
+        if cfg.action_free_folder is not None:
+            self.free_ds = VideoFolderDataset(
+                VideoFolderConfig(
+                    folder=cfg.action_free_folder,
+                    spec=ClipSpec(
+                        num_frames=cfg.num_frames,
+                        video_fps=self.fps / self.frame_step,
+                        num_actions=0,
+                        pad=cfg.pad,
+                    ),
+                    image_size=self.image_size,
+                    return_uint8=True,
+                )
+            )
+            self.free_idx = np.array(
+                [n for n, (_, i) in enumerate(self.free_ds.anchors) if i % cfg.clip_stride == 0],
+                dtype=np.int64,
+            )
+
+        self.vae = load_vae(cfg, model_cfg)
+        self.cache: LatentCache | None = None
+        self.cache_dir: Path | None = None
+        if cfg.latent_cache:
+            self.cache = self._open_cache()
+        self.encoder = CachedEncoder(self.vae, self.cache)
+        self._val: list[ClipBatch] | None = None
+
+    # -- latent cache ------------------------------------------------------------------------
+    def _cache_layout(self) -> tuple[list[int], int]:
+        """Phases and stride of the cached clips. A clip anchored at frame a of an episode uses
+        frames a, a+f, a+2f, ... (f = frame_step): the frames of phase a % f, sub-sampled by f,
+        starting at a // f. When clip_stride is a multiple of f only phase 0 is ever used."""
+        f, s = self.frame_step, self.cfg.clip_stride
+        return ([0], s // f) if s % f == 0 else (list(range(f)), 1)
+
+    def _cache_key(self, episode: int, frame: int) -> tuple[int, int]:
+        return episode * self.frame_step + frame % self.frame_step, frame // self.frame_step
+
+    def _open_cache(self) -> LatentCache:
+        cfg = self.cfg
+        base = DEFAULT_CACHE_DIR if cfg.latent_cache is True else Path(cfg.latent_cache)
+        phases, stride = self._cache_layout()
+        what = {
+            "dataset": str(Path(self.ds.lerobot.root).resolve()),
+            "repo_id": self.ds.lerobot.repo_id,
+            "image_key": cfg.image_key,
+            "image_size": self.image_size,
+            "clip_frames": cfg.num_frames,
+            "frame_step": self.frame_step,
+            "phases": phases,
+            "stride": stride,
+            "vae": vae_fingerprint(self.vae),
+        }
+        key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+        self.cache_dir = base / key
+        if (self.cache_dir / "meta.json").is_file():
+            return LatentCache(self.cache_dir, vae=self.vae)
+        lerobot = open_lerobot_dataset(cfg.repo_id, cfg.root)
+        episodes = sorted(self.split.train + self.split.val)
+        f = self.frame_step
+
+        def source():
+            for ep in episodes:
+                frames, times = episode_frames(lerobot, cfg.image_key, ep)
+                frames = resize_frames(frames, self.image_size)
+                for r in phases:
+                    yield ep * f + r, frames[r::f], times[r::f]
+
+        return LatentCache.build(self.cache_dir, self.vae, source(), cfg.num_frames, stride, info=what)
+
+    # -- batches -----------------------------------------------------------------------------
+    def _plan(self, epoch: int) -> list[tuple[str, list[int]]]:
+        rng = np.random.default_rng([self.cfg.seed, epoch])
+        plan = [("robot", b) for b in _chunks(rng.permutation(self.train_idx), self.cfg.batch_size)]
+        plan += [("free", b) for b in _chunks(rng.permutation(self.free_idx), self.cfg.batch_size)]
+        return [plan[i] for i in rng.permutation(len(plan))]
+
+    def train_batches(self, epoch: int) -> Iterator[ClipBatch]:
+        plan = self._plan(epoch)
+        loaders = {
+            "robot": _loader(self.ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
+            "free": _loader(self.free_ds, [b for k, b in plan if k == "free"], self.cfg.num_workers),
+        }
+        for kind, _ in plan:
+            samples = next(loaders[kind])
+            yield self.robot_batch(samples) if kind == "robot" else self.free_batch(samples)
+
+    def val_batches(self) -> list[ClipBatch]:
+        if self._val is None:
+            self._val = []
+            for b in _val_indices(len(self.val_idx), self.cfg.batch_size, self.cfg.max_val_batches):
+                self._val.append(self.robot_batch([self.ds[int(self.val_idx[i])] for i in b]))
+        return self._val
+
+    def _video(self, samples: list[dict[str, Any]], keys: list[tuple[int, int]] | None) -> dict[str, Tensor]:
+        frames = torch.stack([resize_frames(_to_uint8(s["video"]), self.image_size) for s in samples])
+        with torch.no_grad():
+            latents = self.encoder.encode(frames, keys)  # (B, C, T_lat, h, w)
+        time = torch.stack(
+            [latent_frame_times(s["video_time"].double()) for s in samples]
+        ).float()  # (B, T_lat)
+        # Latent k >= 1 summarises frames 4k-3 .. 4k: valid only if all of them are real frames.
+        valid = torch.stack([s["video_valid"] for s in samples])  # (B, T)
+        groups = [valid[:, :1]] + [
+            valid[:, 4 * k - 3 : 4 * k + 1].all(dim=1, keepdim=True) for k in range(1, latents.shape[2])
+        ]
+        return {"video": latents, "video_time": time, "video_valid": torch.cat(groups, dim=1)}
+
+    def _prompt(self, samples: list[dict[str, Any]]) -> tuple[Tensor, Tensor]:
+        return self.tokenizer.batch_encode([s["task"] for s in samples])
+
+    def robot_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
+        """Samples of the LeRobot ClipDataset -> ClipBatch."""
+        keys = [self._cache_key(s["episode_index"], s["frame_index"]) for s in samples]
+        ids, lengths = self._prompt(samples)
+        out: dict[str, Any] = self._video(samples, keys)
+        if self.action_transform is not None:
+            action, mask = self.action_transform.encode(torch.stack([s["action"] for s in samples]))
+            out.update(
+                action=action,  # (B, Na, W)
+                action_time=torch.stack([s["action_time"] for s in samples]),
+                action_valid=torch.stack([s["action_valid"] for s in samples]),
+                action_mask=mask.expand(len(samples), -1).clone(),
+                embodiment=torch.full((len(samples),), self.embodiment_id, dtype=torch.long),
+            )
+        return ClipBatch(input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **out)
+
+    def free_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
+        """Samples of the action-free video folder -> ClipBatch with action=None."""
+        ids, lengths = self._prompt(samples)
+        return ClipBatch(
+            input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **self._video(samples, None)
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "stage": "generator",
+            "data_config": asdict(self.cfg),
+            "dataset": {"name": self.name, "fps": self.fps, "image_size": self.image_size},
+            "clip_spec": asdict(self.spec),
+            "frame_step": self.frame_step,
+            "action_step": self.action_step,
+            "latent_frames": num_latent_frames(self.cfg.num_frames),
+            "temporal_factor": TEMPORAL_FACTOR,
+            "split": {"train": self.split.train, "val": self.split.val, "seed": self.split.seed},
+            "tokenizer": self.tokenizer.state(),
+            "action_transform": self.action_transform.state_dict() if self.action_transform else None,
+            "embodiments": self.embodiments.state_dict(),
+            "normalizer": self.ds.normalizer.state_dict() if self.ds.normalizer else None,
+            "vae": {
+                "path": self.cfg.vae,
+                "preset": None if self.cfg.vae else self.cfg.vae_preset,
+                "fingerprint": vae_fingerprint(self.vae),
+            },  # fmt: skip
+            "latent_cache": str(self.cache_dir) if self.cache_dir else None,
+            "action_free_folder": self.cfg.action_free_folder,
+        }
