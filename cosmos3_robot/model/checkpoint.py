@@ -215,17 +215,34 @@ def save_model(
             shutil.copyfile(p, tmp / p.name)
         write_json(
             tmp / "config.json",
-            {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "model": config.to_dict(),
-                "vit": vit.config.to_dict() if vit is not None else None,
-                "reasoner_only": reasoner_only or config.generator is None,
-                "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch."),
-                "meta": meta or {},
-            },
+            config_json(
+                config.to_dict(),
+                vit.config.to_dict() if vit is not None else None,
+                reasoner_only or config.generator is None,
+                tensors,
+                meta or {},
+            ),
         )
     return folder
+
+
+def config_json(
+    model: dict[str, Any],
+    vit: dict[str, Any] | None,
+    reasoner_only: bool,
+    tensors: dict[str, Tensor],
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    """The config.json of a checkpoint folder, as `load_model` reads it (dtype from the tensors)."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model": model,
+        "vit": vit,
+        "reasoner_only": reasoner_only,
+        "dtype": str(next(iter(tensors.values())).dtype).removeprefix("torch."),
+        "meta": meta,
+    }
 
 
 # ------------------------------------------------------------------------------------------------

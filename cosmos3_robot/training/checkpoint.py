@@ -31,7 +31,12 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
-from cosmos3_robot.model.checkpoint import FORMAT, FORMAT_VERSION, atomic_folder, save_tensors, write_json
+from cosmos3_robot.model.checkpoint import (
+    atomic_folder,
+    config_json,
+    save_tensors,
+    write_json,
+)
 
 from .config import config_diff
 from .distributed import full_tensor
@@ -225,17 +230,13 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 
 
 def _model_config_json(snap: Snapshot) -> dict[str, Any]:
-    # Same layout as cosmos3_robot.model.checkpoint.save_model writes, so load_model reads it.
-    dtype = str(next(iter(snap.model_state.values())).dtype).removeprefix("torch.")
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "model": snap.model_config,
-        "vit": snap.vit_config,
-        "reasoner_only": snap.model_config.get("generator") is None,
-        "dtype": dtype,
-        "meta": {"step": snap.step, "stage": snap.train_config.get("stage"), "data": snap.data_state},
-    }
+    return config_json(
+        snap.model_config,
+        snap.vit_config,
+        snap.model_config.get("generator") is None,
+        snap.model_state,
+        {"step": snap.step, "stage": snap.train_config.get("stage"), "data": snap.data_state},
+    )
 
 
 def _write_model(folder: Path, snap: Snapshot) -> None:
