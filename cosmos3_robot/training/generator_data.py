@@ -186,6 +186,7 @@ class GeneratorData:
             )
 
         self.vae = load_vae(cfg, model_cfg)
+        self.vae_fingerprint = vae_fingerprint(self.vae)  # frozen here: hashed once, not per state()
         self.cache: LatentCache | None = None
         self.cache_dir: Path | None = None
         if cfg.latent_cache:
@@ -217,7 +218,7 @@ class GeneratorData:
             "frame_step": self.frame_step,
             "phases": phases,
             "stride": stride,
-            "vae": vae_fingerprint(self.vae),
+            "vae": self.vae_fingerprint,
         }
         key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
         self.cache_dir = base / key
@@ -318,7 +319,7 @@ class GeneratorData:
             "vae": {
                 "path": self.cfg.vae,
                 "preset": None if self.cfg.vae else self.cfg.vae_preset,
-                "fingerprint": vae_fingerprint(self.vae),
+                "fingerprint": self.vae_fingerprint,
             },  # fmt: skip
             "latent_cache": str(self.cache_dir) if self.cache_dir else None,
             "action_free_folder": self.cfg.action_free_folder,
