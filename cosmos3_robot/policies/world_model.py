@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cosmos3_robot.datasets.actions import ActionTransform
+from cosmos3_robot.datasets.actions import ActionTransform, pad_actions
 from cosmos3_robot.datasets.text import load_tokenizer
 from cosmos3_robot.model import MoT
 from cosmos3_robot.model.cpu_pack import pack_for_cpu
@@ -149,11 +149,8 @@ class WorldModel:
             obs_frames=g.obs_frames if obs_frames is None else obs_frames,
         )
         if self.actions is not None:
-            width = self.actions.width
-            if actions is None:
-                norm = torch.zeros(b, g.num_actions, width)
-                mask = torch.zeros(width, dtype=torch.bool)
-                mask[: self.actions.dim] = True
+            if actions is None:  # placeholders (the actions are generated): zeros, with the real mask
+                norm, mask = pad_actions(torch.zeros(b, g.num_actions, self.actions.dim), self.actions.width)
             else:
                 norm, mask = self.actions.encode(torch.as_tensor(actions, dtype=torch.float32))
             batch.action = norm
