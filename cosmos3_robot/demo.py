@@ -63,7 +63,9 @@ def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = No
     """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
     rerun recording of the first clip (truth vs prediction, frames and actions)."""
     from cosmos3_robot.flow import EulerSampler
+    from cosmos3_robot.model.vae import TEMPORAL_FACTOR
     from cosmos3_robot.tasks import make_task
+    from cosmos3_robot.training.latent_cache import resize_frames, to_uint8
 
     idx = list(data.val_idx[:: max(1, len(data.val_idx) // clips)][:clips])
     samples = [data.ds[int(i)] for i in idx]
@@ -74,17 +76,12 @@ def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = No
         world.model, batch, EulerSampler(), sampling_steps, generator=g
     )
 
-    truth = torch.stack(
-        [
-            (s["video"].float() * 255).round() if s["video"].dtype != torch.uint8 else s["video"]
-            for s in samples
-        ]
-    )
-    truth = torch.stack([world_resize(t, world) for t in truth]).float()  # (B, T, 3, H, W)
-    pred = world.decode_latents(fd["video"]).float()
-    recon = world.decode_latents(batch.video).float()
+    size = world.geometry.image_size
+    truth = torch.stack([resize_frames(to_uint8(s["video"]), size) for s in samples])  # uint8 (B, T, 3, H, W)
+    pred = world.decode_latents(fd["video"])
+    recon = world.decode_latents(batch.video)
     obs = batch.obs_frames  # latent frames observed; frame 0 alone is latent 0
-    first_future = 1 + 4 * (obs - 1)
+    first_future = 1 + TEMPORAL_FACTOR * (obs - 1)
     fut = slice(first_future, truth.shape[1])
     copy_last = truth[:, first_future - 1 : first_future].expand_as(truth[:, fut])
 
@@ -96,7 +93,7 @@ def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = No
 
         g = world.geometry
         write_comparison(
-            rrd, truth[0].to(torch.uint8), pred[0].to(torch.uint8), fps=g.fps / g.frame_step,
+            rrd, truth[0], pred[0], fps=g.fps / g.frame_step,
             actions_true=raw_true[0], actions_pred=raw_pred[0], action_hz=g.fps / g.action_step,
         )  # fmt: skip
     return {
@@ -107,12 +104,6 @@ def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = No
         "inverse_dynamics_action_mse": float(((raw_pred - raw_true) ** 2).mean()),
         "mean_action_baseline_mse": float(((mean_action - raw_true) ** 2).mean()),
     }
-
-
-def world_resize(frames: torch.Tensor, world) -> torch.Tensor:
-    from cosmos3_robot.training.latent_cache import resize_frames
-
-    return resize_frames(frames.to(torch.uint8), world.geometry.image_size)
 
 
 def main(argv: list[str]) -> int:

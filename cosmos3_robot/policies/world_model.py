@@ -20,7 +20,7 @@ from cosmos3_robot.model import MoT
 from cosmos3_robot.model.cpu_pack import pack_for_cpu
 from cosmos3_robot.model.vae import VideoVAE, latent_frame_times, num_latent_frames
 from cosmos3_robot.tasks import ClipBatch
-from cosmos3_robot.training.latent_cache import resize_frames
+from cosmos3_robot.training.latent_cache import resize_frames, to_uint8
 
 
 @dataclass
@@ -120,8 +120,7 @@ class WorldModel:
     @torch.no_grad()
     def decode_latents(self, latents: Tensor) -> Tensor:
         """latents (B, C, T_lat, h, w) -> uint8 frames (B, T, 3, H, W)."""
-        x = self.vae.decode(latents)
-        return (x.clamp(0, 1) * 255).round().to(torch.uint8)
+        return to_uint8(self.vae.decode(latents))
 
     def prompt(self, texts: list[str]) -> tuple[Tensor, Tensor]:
         return self.tokenizer.batch_encode(texts)

@@ -52,6 +52,7 @@ from cosmos3_robot.training.latent_cache import (
     LatentCache,
     episode_frames,
     resize_frames,
+    to_uint8,
     vae_fingerprint,
 )
 
@@ -61,11 +62,6 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "cosmos3_robot" / "latents"
 def _anchor_frames(ds: ClipDataset) -> np.ndarray:
     """Frame index (within its episode) of each clip's anchor."""
     return ds._frame[ds.anchors]
-
-
-def _to_uint8(video: Tensor) -> Tensor:
-    """Decoded frames float [0, 1] (LeRobot decodes uint8 / 255) -> exactly those uint8 values."""
-    return video if video.dtype == torch.uint8 else (video * 255).round().clamp(0, 255).to(torch.uint8)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,7 +258,7 @@ class GeneratorData:
         return self._val
 
     def _video(self, samples: list[dict[str, Any]], keys: list[tuple[int, int]] | None) -> dict[str, Tensor]:
-        frames = torch.stack([resize_frames(_to_uint8(s["video"]), self.image_size) for s in samples])
+        frames = torch.stack([resize_frames(to_uint8(s["video"]), self.image_size) for s in samples])
         with torch.no_grad():
             latents = self.encoder.encode(frames, keys)  # (B, C, T_lat, h, w)
         time = torch.stack(

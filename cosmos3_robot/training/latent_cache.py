@@ -53,9 +53,15 @@ def episode_frames(dataset: Any, video_key: str, episode: int) -> tuple[Tensor, 
     frames, times = [], []
     for i in range(ep["dataset_from_index"], ep["dataset_to_index"]):
         item = dataset[i]
-        frames.append((item[video_key] * 255).round().to(torch.uint8))  # (3, H, W)
+        frames.append(to_uint8(item[video_key]))  # (3, H, W)
         times.append(float(item["timestamp"]))
     return torch.stack(frames), torch.tensor(times, dtype=torch.float64)
+
+
+def to_uint8(frames: Tensor) -> Tensor:
+    """Frames float in [0, 1] (LeRobot decodes uint8 / 255, the VAE decodes to [0, 1]) -> uint8;
+    uint8 frames pass through unchanged."""
+    return frames if frames.dtype == torch.uint8 else (frames * 255).round().clamp(0, 255).to(torch.uint8)
 
 
 def resize_frames(frames: Tensor, size: int | None) -> Tensor:
