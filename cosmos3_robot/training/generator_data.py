@@ -50,7 +50,7 @@ from cosmos3_robot.training.data import (
 from cosmos3_robot.training.latent_cache import (
     CachedEncoder,
     LatentCache,
-    episode_frames,
+    iter_lerobot_episodes,
     resize_frames,
     to_uint8,
     vae_fingerprint,
@@ -225,9 +225,7 @@ class GeneratorData:
         f = self.frame_step
 
         def source():
-            for ep in episodes:
-                frames, times = episode_frames(lerobot, cfg.image_key, ep)
-                frames = resize_frames(frames, self.image_size)
+            for ep, frames, times in iter_lerobot_episodes(lerobot, cfg.image_key, episodes, self.image_size):
                 for r in phases:
                     yield ep * f + r, frames[r::f], times[r::f]
 
