@@ -148,12 +148,12 @@ class DataConfig:
         if not isinstance(self.latent_cache, bool):
             self.latent_cache = str(self.latent_cache)
 
-    def clip_spec(self, num_frames: int | None = None, num_actions: int | None = None) -> ClipSpec:
+    def clip_spec(self) -> ClipSpec:
         return ClipSpec(
-            num_frames=self.num_frames if num_frames is None else num_frames,
+            num_frames=self.num_frames,
             frame_stride=self.frame_stride,
             video_fps=self.video_fps,
-            num_actions=self.num_actions if num_actions is None else num_actions,
+            num_actions=self.num_actions,
             action_hz=self.action_hz,
             pad=self.pad,
         )

@@ -25,4 +25,4 @@ def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_lr
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        group["lr"] = lr

@@ -150,7 +150,7 @@ class Trainer:
         )  # fmt: skip
         self.ema = None
         if stage == "generator" and self.cfg.ema_decay > 0:
-            self.ema = EMA([(n, p) for n, p in named], self.cfg.ema_decay)
+            self.ema = EMA(named, self.cfg.ema_decay)
 
     # -- data -------------------------------------------------------------------------------------
     def _check_batch(self, batch: Any) -> None:
