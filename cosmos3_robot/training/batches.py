@@ -25,7 +25,9 @@ class DataSource(Protocol):
     """What the trainer reads: `generator_data.GeneratorData`, `reasoner_data.ReasonerData`,
     `synthetic.SyntheticData`."""
 
-    def train_batches(self, epoch: int) -> Iterator[Any]: ...
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        """The epoch's batches from the `start`-th on (a resumed run), the same ones whatever `start`."""
+        ...
 
     def val_batches(self) -> list[Any]: ...
 

@@ -19,7 +19,7 @@ Reasoner stage (one TextBatch per step): a question about the scene at one frame
 `observation.environment_state` (datasets/text.py), answered in text; with a ViT the frame itself is
 shown first, as Qwen3-VL placeholders. Labels are next-token targets on the answer only.
 
-Determinism: `train_batches(epoch)` depends only on (seed, epoch) — never on worker count or on
+Determinism: `train_batches(epoch, start)` depends only on (seed, epoch) — never on worker count or on
 whether the latent cache is used (a cached latent is bit-identical to encoding the clip: both go
 through `latent_cache._encode_clip`, one clip at a time).
 """

@@ -238,8 +238,8 @@ class GeneratorData:
         plan += [("free", b) for b in _chunks(rng.permutation(self.free_idx), self.cfg.batch_size)]
         return [plan[i] for i in rng.permutation(len(plan))]
 
-    def train_batches(self, epoch: int) -> Iterator[ClipBatch]:
-        plan = self._plan(epoch)
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[ClipBatch]:
+        plan = self._plan(epoch)[start:]  # skipped batches are never loaded
         loaders = {
             "robot": _loader(self.ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
             "free": _loader(self.free_ds, [b for k, b in plan if k == "free"], self.cfg.num_workers),

@@ -174,9 +174,9 @@ class ReasonerData:
         for b, samples in zip(plan, loader, strict=True):
             yield self.text_batch([rows[i] for i in b], [s["frame"] for s in samples])
 
-    def train_batches(self, epoch: int) -> Iterator[TextBatch]:
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[TextBatch]:
         rng = np.random.default_rng([self.cfg.seed, epoch])
-        plan = _chunks(rng.permutation(len(self.train_rows)), self.cfg.batch_size)
+        plan = _chunks(rng.permutation(len(self.train_rows)), self.cfg.batch_size)[start:]
         return self._batches(self.train_rows, plan)
 
     def val_batches(self) -> list[TextBatch]:

@@ -90,8 +90,8 @@ class SyntheticData:
     def _make(self, g: torch.Generator):
         return self._text(g) if self.stage == "reasoner" else self._clip(g)
 
-    def train_batches(self, epoch: int) -> Iterator[Any]:
-        for i in range(self.n):
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        for i in range(start, self.n):
             yield self._make(torch.Generator().manual_seed(self.seed * 7919 + epoch * 1000 + i))
 
     def val_batches(self) -> list[Any]:

@@ -169,16 +169,14 @@ class Trainer:
             )
 
     def _train_batches(self) -> Iterator[Any]:
-        """Global batches forever, epoch after epoch, skipping those a resumed run already consumed."""
+        """Global batches forever, epoch after epoch, from where a resumed run stopped (the data
+        source starts its epoch there: the batches already consumed are not built again)."""
         while True:
-            seen = 0
-            for i, batch in enumerate(self.data.train_batches(self.epoch)):
-                seen += 1
-                if i < self.batch_in_epoch:
-                    continue
-                self.batch_in_epoch = i + 1
+            start = self.batch_in_epoch
+            for batch in self.data.train_batches(self.epoch, start):
+                self.batch_in_epoch += 1
                 yield batch
-            if seen == 0:
+            if start == 0 and self.batch_in_epoch == 0:
                 raise ValueError(f"the data source yielded no training batch in epoch {self.epoch}")
             self.epoch += 1
             self.batch_in_epoch = 0
