@@ -125,13 +125,12 @@ def run_ours(
     x = {"video": gen.video.latents, "action": gen.action.latents}
     noisy = {"video": gen.video.noisy, "action": gen.action.noisy}
     # As `tasks.sampling.sample`: keys laid out once per request, positions rotated once, inputs
-    # validated once, velocities only where tokens are noisy.
+    # validated and noise levels embedded once (`plan_steps`), velocities only where tokens are noisy.
     cache = cache.with_room(gen.length)
+    plan = model.plan_steps(gen, sigmas)
     rope = model.generator_rope(cache, gen)
     for i in range(len(sigmas) - 1):
-        s = float(sigmas[i])
-        sig = {k: noisy[k].float() * s for k in x}
-        v = model.denoise(cache, gen.replace_latents(x, sig), validate=False, rope=rope, noisy_only=True)
+        v = model.denoise_step(cache, gen.replace_latents(x), plan, float(sigmas[i]), rope)
         if scale is not None:
             v = {k: t[b:] + scale * (t[:b] - t[b:]) for k, t in v.items()}
         h = float(sigmas[i + 1] - sigmas[i])

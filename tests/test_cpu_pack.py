@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from cosmos3_robot.model import cpu_pack
-from cosmos3_robot.model.cpu_pack import PackedLinear, pack_for_cpu, unpack
+from cosmos3_robot.model.cpu_pack import PackedConcat, PackedLinear, pack_for_cpu, unpack
 from tests.test_model_core import make_gen, tiny_model
 
 pytestmark = pytest.mark.skipif(not cpu_pack.available(), reason="PyTorch built without oneDNN")
@@ -49,6 +49,8 @@ def test_packed_model_matches_eager_model_fp32_and_bf16():
         rp = packed.reason(ids)
         vp = packed.denoise(rp.cache, gen)
     torch.testing.assert_close(rp.logits, r.logits, rtol=1e-4, atol=1e-5)
+    attns = [tower.self_attn for layer in packed.layers for tower in (layer.ar, layer.dm)]
+    assert all(a.packed_qkv._key is not None for a in attns)  # both towers ran one q/k/v product
     for k in v:
         torch.testing.assert_close(vp[k], v[k], rtol=1e-4, atol=1e-5)
     # bf16: packed against the same bf16 model eager, at bf16 tolerance
@@ -70,3 +72,57 @@ def test_tied_weights_stay_tied_and_unpack_restores_linear():
     unpack(m)
     assert not any(type(x) is PackedLinear for x in m.modules())
     assert all("_packed" not in x.__dict__ for x in m.modules())
+
+
+def _qkv(bias: bool) -> torch.nn.Module:
+    from cosmos3_robot.model.attention import TowerAttention
+
+    return TowerAttention(32, num_heads=4, num_kv_heads=2, head_dim=8, bias=bias, qk_norm=True, eps=1e-6)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_qkv_is_one_product_equal_to_the_three_projections(bias):
+    torch.manual_seed(0)
+    attn = pack_for_cpu(_qkv(bias))
+    concat = attn.packed_qkv
+    assert isinstance(concat, PackedConcat)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        q, k, v = attn._project(x)
+        assert concat._key is not None  # the packed product ran
+        for got, lin in zip((q, k, v), (attn.q_proj, attn.k_proj, attn.v_proj), strict=True):
+            torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-6)
+        # an in-place change of one weight (optimiser step, load_state_dict) repacks the whole product
+        attn.k_proj.weight.mul_(-2.0)
+        torch.testing.assert_close(attn._project(x)[1], F.linear(x, attn.k_proj.weight, attn.k_proj.bias))
+    # autograd: no packed product, the Linears run one by one and gradients reach every weight
+    assert concat(x.requires_grad_()) is None
+    sum(t.square().sum() for t in attn._project(x)).backward()
+    assert all(lin.weight.grad.abs().sum() > 0 for lin in (attn.q_proj, attn.k_proj, attn.v_proj))
+
+
+def test_packed_qkv_copies_follow_their_own_weights_and_unpack_removes_them():
+    torch.manual_seed(0)
+    attn = pack_for_cpu(_qkv(bias=False))
+    x = torch.randn(1, 3, 32)
+    with torch.no_grad():
+        attn._project(x)
+        clone = copy.deepcopy(attn)
+        assert clone.packed_qkv._key is None  # the packed cache is not copied
+        assert clone.packed_qkv.linears[0] is clone.q_proj  # it reads the copy's weights
+        clone.q_proj.weight.zero_()
+        assert torch.equal(clone._project(x)[0], torch.zeros(1, 3, 32))
+        assert attn._project(x)[0].abs().sum() > 0  # the original is untouched
+    unpack(attn)
+    assert "packed_qkv" not in attn.__dict__ and attn.packed_qkv is None
+
+
+def test_weights_made_under_inference_mode_run_unpacked():
+    # Inference tensors have no version counter, so a packed copy could go stale unseen: F.linear runs.
+    with torch.inference_mode():
+        attn = pack_for_cpu(_qkv(bias=True))
+        lin = pack_for_cpu(torch.nn.Linear(32, 16))
+        x = torch.randn(2, 32)
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
+        assert attn.packed_qkv(x) is None and lin._packed is None
+        torch.testing.assert_close(attn._project(x)[2], F.linear(x, attn.v_proj.weight, attn.v_proj.bias))

@@ -237,6 +237,41 @@ def test_noisy_only_outputs_equal_full_outputs_at_noisy_tokens():
     assert not gen.audio.noisy.any() and torch.equal(part["audio"], torch.zeros_like(part["audio"]))
 
 
+def test_planned_step_equals_denoise_with_per_token_sigma():
+    """A sampling step from a plan (noise-level embeddings of the schedule, computed once) equals
+    `denoise` reading σ from every token, for levels in the schedule and outside it."""
+    m = _model()
+    gen = make_gen(3, frames=[2, 3, 1], actions=[4, 2, 3], audio=[2, 2, 1])  # padding, audio clean
+    noisy = gen.action.noisy.clone()
+    noisy[1, 0] = False  # a pattern that differs across the batch
+    gen = dataclasses.replace(
+        gen, action=dataclasses.replace(gen.action, noisy=noisy, sigma=gen.action.sigma * noisy)
+    )
+    cond, _ = _prompts(3, m.config.vocab_size)
+    sigmas = EulerSampler().set_timesteps(4, shift=3.0)
+    with torch.no_grad():
+        cache = cond.run(m)
+        plan = m.plan_steps(gen, sigmas)
+        assert plan.outputs is not None and plan.dm_valid is not None
+        rope = m.generator_rope(cache.with_room(gen.length), gen)
+        for sigma in [float(sigmas[0]), float(sigmas[2]), 0.1234]:  # the last is not in the schedule
+            per_token = gen.replace_latents(
+                {n: s.latents for n, s in gen.items()},
+                {n: s.noisy.float() * sigma for n, s in gen.items()},
+            )
+            want = m.denoise(cache, per_token, noisy_only=True)
+            got = m.denoise_step(cache, gen, plan, sigma)
+            roomy = m.denoise_step(cache.with_room(gen.length), gen, plan, sigma, rope)
+            for n in want:
+                torch.testing.assert_close(got[n], want[n], atol=1e-6, rtol=1e-5)
+                torch.testing.assert_close(roomy[n], want[n], atol=1e-6, rtol=1e-5)
+    bad = dataclasses.replace(
+        gen, action=dataclasses.replace(gen.action, embodiment=gen.action.embodiment + 9)
+    )
+    with pytest.raises(ValueError, match="embodiment ids"):
+        m.plan_steps(bad, sigmas)  # the plan validates the request, once
+
+
 def test_guidance_bad_input():
     m = _model()
     gen = make_gen(2, [2, 2], [3, 3], [2, 2])

@@ -1,7 +1,7 @@
 """The Mixture-of-Transformers model: configs, RoPE, attention, blocks, the model, latent I/O."""
 
 from .config import AttentionConfig, ModelConfig, TowerConfig, preset
-from .mot import MoT, ReasonerCache, ReasonerOutput, TextCache, count_parameters
+from .mot import MoT, ReasonerCache, ReasonerOutput, StepPlan, TextCache, count_parameters
 from .sequence import GenInput, Stream, patchify, series_stream, unpatchify, video_stream
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "MoT",
     "ReasonerCache",
     "ReasonerOutput",
+    "StepPlan",
     "Stream",
     "TextCache",
     "TowerConfig",

@@ -20,6 +20,8 @@ mask only when some sample is padded; it is never an L×L mask.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -27,9 +29,16 @@ from torch import Tensor, nn
 from .layers import RMSNorm
 from .rope import rotate_heads
 
+if TYPE_CHECKING:
+    from .cpu_pack import PackedConcat
+
 
 class TowerAttention(nn.Module):
     """One tower's attention weights: Q/K/V/O projections and QK-norm (Qwen3 names)."""
+
+    # `cpu_pack.pack_for_cpu` sets `packed_qkv` to the three projections packed as one product.
+    PACK_CONCAT: ClassVar[dict[str, tuple[str, ...]]] = {"packed_qkv": ("q_proj", "k_proj", "v_proj")}
+    packed_qkv: ClassVar[PackedConcat | None] = None
 
     def __init__(
         self,
@@ -58,12 +67,21 @@ class TowerAttention(nn.Module):
         Generator), else None. q and k are QK-normed before rotation; rope is a `rotation_table`."""
         b, n, _ = x.shape
         h, g, d = self.num_heads, self.num_kv_heads, self.head_dim
-        q = rotate_heads(self.q_norm(self.q_proj(x).view(b, n, h, d)), *rope)
-        k = self.k_norm(self.k_proj(x).view(b, n, g, d))
+        q, k, v = self._project(x)
+        q = rotate_heads(self.q_norm(q.view(b, n, h, d)), *rope)
+        k = self.k_norm(k.view(b, n, g, d))
         extra = None if extra_key_norm is None else rotate_heads(extra_key_norm(k), *rope).transpose(1, 2)
         k = rotate_heads(k, *rope)
-        v = self.v_proj(x).view(b, n, g, d)
+        v = v.view(b, n, g, d)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extra
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, L, C) -> q (B, L, H·D), k and v (B, L, G·D): one packed product when available."""
+        y = self.packed_qkv(x) if self.packed_qkv is not None else None
+        if y is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        kv = self.num_kv_heads * self.head_dim
+        return y.split([self.num_heads * self.head_dim, kv, kv], dim=-1)
 
     def output(self, o: Tensor) -> Tensor:
         """o (B, H, L, D) -> (B, L, C)."""

@@ -6,9 +6,14 @@ query — that copy is 15–25 % of the product (`benchmarks/speed.py` measures 
 a packed copy per weight, the way PyTorch's own compiler does when it freezes a model, and the model
 code stays plain `nn.Linear` (applied from outside, after construction).
 
-The packed copy follows its weight: when the weight changes in place (an optimiser step,
+Linears that read the same input (a layer's query, key and value projections) are also packed as one
+concatenated weight, `PackedConcat`: one product instead of three. A product has a fixed cost that is
+paid per call, and at the 64 rows of a denoising step it is a large share of the product's time.
+
+The packed copy follows its weights: when a weight changes in place (an optimiser step,
 `load_state_dict`), its version counter moves and the next call repacks. Anything the packed kernel
-does not cover goes through `F.linear` unchanged: autograd, other devices, other dtypes.
+does not cover goes through `F.linear` unchanged: autograd, other devices, other dtypes, and weights
+created under `torch.inference_mode` (they have no version counter, so a stale copy could not be told).
 """
 
 from __future__ import annotations
@@ -24,6 +29,29 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
 
 
+def _packable(x: Tensor, tensors: list[Tensor]) -> bool:
+    """Whether oneDNN's packed product may run x against these weights (and biases)."""
+    if x.device.type != "cpu" or x.dtype not in _PACKABLE:
+        return False
+    for t in tensors:
+        if t.device.type != "cpu" or t.dtype != x.dtype or t.is_inference():
+            return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)))
+
+
+def _key(tensors: list[Tensor]) -> tuple[tuple[int, int], ...]:
+    """Changes whenever one of the tensors is written in place or replaced."""
+    return tuple((t._version, t.data_ptr()) for t in tensors)
+
+
+def _pack(weight: Tensor) -> Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+
+
+def _packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
 class PackedLinear(nn.Linear):
     """An `nn.Linear` (same parameters, same state_dict) whose CPU inference uses a packed weight."""
 
@@ -32,19 +60,13 @@ class PackedLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
-        if (
-            x.device.type != "cpu"
-            or w.device.type != "cpu"
-            or x.dtype != w.dtype
-            or w.dtype not in _PACKABLE
-            or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
-        ):
+        if not _packable(x, [w] if self.bias is None else [w, self.bias]):
             return F.linear(x, w, self.bias)
         key = (w._version, w.data_ptr())
         if self._packed_key != key:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
+            self._packed = _pack(w)
             self._packed_key = key
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        return _packed_linear(x, self._packed, self.bias)
 
     def __getstate__(self):  # the packed copy is a cache: never pickled or deep-copied
         state = dict(super().__getstate__())
@@ -53,17 +75,65 @@ class PackedLinear(nn.Linear):
         return state
 
 
+class PackedConcat:
+    """Linears that read the same input, run as one packed product: x -> [l_1(x) | l_2(x) | ...].
+
+    Not a module: it holds no parameters of its own (the Linears keep theirs and the state_dict is
+    unchanged) and builds its packed concatenation lazily, again whenever a weight changes. Calling
+    it returns None where packing does not apply; the caller then runs the Linears one by one.
+    """
+
+    def __init__(self, linears: list[nn.Linear]):
+        self.linears = tuple(linears)
+        self._packed: Tensor | None = None
+        self._bias: Tensor | None = None
+        self._key: tuple | None = None
+
+    def _tensors(self) -> list[Tensor]:
+        return [p for lin in self.linears for p in (lin.weight, lin.bias) if p is not None]
+
+    def __call__(self, x: Tensor) -> Tensor | None:
+        tensors = self._tensors()
+        if not _packable(x, tensors):
+            return None
+        key = _key(tensors)
+        if key != self._key:
+            self._packed = _pack(torch.cat([lin.weight for lin in self.linears]))
+            biases = [lin.bias for lin in self.linears]
+            self._bias = (
+                None
+                if all(b is None for b in biases)
+                else torch.cat(
+                    [
+                        b.detach() if b is not None else x.new_zeros(lin.out_features)
+                        for lin, b in zip(self.linears, biases, strict=True)
+                    ]
+                )
+            )
+            self._key = key
+        return _packed_linear(x, self._packed, self._bias)
+
+    def __getstate__(self):  # the packed copy is a cache: a copy references the copied Linears only
+        return {"linears": self.linears}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(list(state["linears"]))
+
+
 def pack_for_cpu(model: nn.Module) -> nn.Module:
     """Turn every plain `nn.Linear` of `model` into a `PackedLinear`, in place; returns `model`.
 
-    The modules keep their Parameter objects (tied weights stay tied, an optimiser keeps working).
-    A no-op where PyTorch has no oneDNN.
+    A module class may declare `PACK_CONCAT = {attribute: (linear names, ...)}`: the named Linears read
+    the same input, and the attribute is set to their `PackedConcat`. The modules keep their Parameter
+    objects (tied weights stay tied, an optimiser keeps working). A no-op where PyTorch has no oneDNN.
     """
     if not available():
         return model
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = PackedLinear  # same attributes, new forward: nothing is copied
+        for attr, names in getattr(type(module), "PACK_CONCAT", {}).items():
+            setattr(module, attr, PackedConcat([getattr(module, n) for n in names]))
     return model
 
 
@@ -74,4 +144,6 @@ def unpack(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_packed", None)
             module.__dict__.pop("_packed_key", None)
             module.__class__ = nn.Linear
+        for attr in getattr(type(module), "PACK_CONCAT", {}):
+            module.__dict__.pop(attr, None)
     return model

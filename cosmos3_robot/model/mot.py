@@ -151,6 +151,21 @@ class TextCache:
     length: int
 
 
+@dataclass
+class StepPlan:
+    """What a sampling request keeps fixed across its denoising steps (`MoT.plan_steps`).
+
+    It depends on the Generator input's layout and the sampler's schedule only, not on the latents
+    or the Reasoner, so it is built once per request and read by every step (`MoT.denoise_step`).
+    """
+
+    noisy: Tensor  # (B, Ld) bool: the tokens being generated
+    dm_valid: Tensor | None  # (B, Ld) bool, None = no padding
+    outputs: Tensor | None  # (Lo,) tokens whose velocities a step computes (noisy in some sample); None = all
+    wanted: Tensor | None  # (Ld,) bool form of `outputs`
+    levels: dict[float, Tensor]  # noise level σ of the schedule -> its embedding (C,)
+
+
 class MoT(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -307,6 +322,10 @@ class MoT(nn.Module):
             return self.audio_in(lat) + self.audio_embed
         return self.action_in(lat, s.embodiment) + self.action_embed
 
+    def _embed_latents(self, gen: GenInput) -> Tensor:
+        """GenInput -> tokens (B, Ld, C) with modality embeddings, before any noise-level embedding."""
+        return torch.cat([self._embed_stream(name, s) for name, s in gen.items()], dim=1)
+
     def _time_embedding(self, sigma: Tensor) -> Tensor:
         """σ (B, L) -> its embedding (B, L, C). The MLP runs once per distinct noise level (a
         sampling step has one or two, a training batch one per sample and modality), not per token."""
@@ -333,10 +352,13 @@ class MoT(nn.Module):
                 f"the Reasoner cache was built for batch {cache.batch}, the Generator input has {b}"
             )
         if validate:
-            for name, s in gen.items():
-                s.validate(name, self._stream_width(name))
-                if name == "action":
-                    self.action_in.check(s.embodiment, b)
+            self._validate_streams(gen)
+
+    def _validate_streams(self, gen: GenInput) -> None:
+        for name, s in gen.items():
+            s.validate(name, self._stream_width(name))
+            if name == "action":
+                self.action_in.check(s.embodiment, gen.batch)
 
     def generator_positions(self, cache: ReasonerCache, gen: GenInput) -> Tensor:
         """RoPE positions (B, 3, Ld) of a Generator request: after the Reasoner segment + margin."""
@@ -349,7 +371,7 @@ class MoT(nn.Module):
         """GenInput -> tokens (B, Ld, C) and validity (B, Ld) or None."""
         self._check_generator_input(cache, gen, validate)
         streams = gen.items()
-        x = torch.cat([self._embed_stream(name, s) for name, s in streams], dim=1)
+        x = self._embed_latents(gen)
         noisy = torch.cat([s.noisy for _, s in streams], dim=1)
         if bool(noisy.any()):  # Cosmos 3: the noise-level embedding goes to noisy tokens only
             t = self._time_embedding(torch.cat([s.sigma for _, s in streams], dim=1)).to(x.dtype)
@@ -405,24 +427,78 @@ class MoT(nn.Module):
         """One Generator pass over `gen`, reading the Reasoner's cache. Returns the predicted
         velocity per stream, {name: (B, N, width)} (zeros where a token is padding).
 
-        A sampler validates its request once and passes `validate=False` and the request's
-        `rope = model.generator_rope(cache, gen)` on later steps: neither changes between steps.
-        With `noisy_only`, velocities are computed only at tokens noisy in some sample of the batch
-        (zeros elsewhere): clean conditioning tokens serve as keys and values, but their own outputs
-        are never used, so the last layer skips them (`run_generator(outputs=...)`)."""
+        Each token's noise level is read from its stream's σ. A sampler, whose steps share one σ,
+        calls `denoise_step` with a `plan_steps` plan instead. With `noisy_only`, velocities are
+        computed only at tokens noisy in some sample of the batch (zeros elsewhere): clean
+        conditioning tokens serve as keys and values, but their own outputs are never used, so the
+        last layer skips them (`run_generator(outputs=...)`)."""
         x, dm_valid = self._embed_tokens(cache, gen, validate)
         positions = self.generator_positions(cache, gen) if rope is None else None
+        outputs, wanted = self._outputs(gen) if noisy_only else (None, None)
+        h = self.run_generator(cache, x, positions, dm_valid, rope, outputs)
+        return self._velocities(gen, h, outputs, wanted)
+
+    def plan_steps(self, gen: GenInput, sigmas: Tensor, noisy_only: bool = True) -> StepPlan:
+        """Validate a sampling request once and compute what its steps share: which tokens are
+        noisy and padded, which outputs are read (noisy ones, with `noisy_only`), and the noise-level
+        embedding of every σ of the schedule `sigmas` (one MLP call instead of one per step)."""
+        if self.config.generator is None:
+            raise ValueError(
+                "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
+            )
+        self._validate_streams(gen)
         streams = gen.items()
-        keep = None
-        if noisy_only:
-            wanted = torch.cat([s.noisy.any(dim=0) for _, s in streams])  # (Ld,) noisy in some sample
-            if not bool(wanted.all()):
-                keep = wanted.nonzero().squeeze(1)
-        h = self.run_generator(cache, x, positions, dm_valid, rope, keep)
-        if keep is not None:  # back to every token; the rows not computed are masked below
-            h = h.new_zeros(h.shape[0], x.shape[1], h.shape[2]).index_copy_(1, keep, h)
+        noisy = torch.cat([s.noisy for _, s in streams], dim=1)
+        dm_valid = None
+        if any(s.valid is not None for _, s in streams):
+            dm_valid = torch.cat([s.valid_mask() for _, s in streams], dim=1)
+            dm_valid = None if bool(dm_valid.all()) else dm_valid
+        outputs, wanted = self._outputs(gen) if noisy_only else (None, None)
+        sigmas = sigmas.detach().float().cpu()
+        emb = self.time_embed(sigmas.to(noisy.device) * self.config.sigma_scale)
+        return StepPlan(
+            noisy, dm_valid, outputs, wanted, dict(zip(sigmas.tolist(), emb.unbind(0), strict=True))
+        )
+
+    def denoise_step(
+        self,
+        cache: ReasonerCache,
+        gen: GenInput,
+        plan: StepPlan,
+        sigma: float,
+        rope: tuple[Tensor, Tensor] | None = None,
+    ) -> dict[str, Tensor]:
+        """`denoise` for one sampling step of a planned request: every noisy token is at noise
+        level `sigma` (the streams' σ fields are not read) and nothing the plan holds is recomputed.
+        rope: `generator_rope(cache, gen)`, fixed while the cache is (None: computed here)."""
+        self._check_generator_input(cache, gen, validate=False)
+        x = self._embed_latents(gen)
+        t = plan.levels.get(sigma)
+        if t is None:  # a level outside the planned schedule
+            t = self.time_embed(x.new_full((1,), sigma * self.config.sigma_scale))[0]
+        x = torch.where(plan.noisy[..., None], x + t.to(x.dtype), x)
+        positions = self.generator_positions(cache, gen) if rope is None else None
+        h = self.run_generator(cache, x, positions, plan.dm_valid, rope, plan.outputs)
+        return self._velocities(gen, h, plan.outputs, plan.wanted)
+
+    @staticmethod
+    def _outputs(gen: GenInput) -> tuple[Tensor | None, Tensor | None]:
+        """Indices (Lo,) and mask (Ld,) of the tokens noisy in some sample; (None, None) if all are."""
+        wanted = torch.cat([s.noisy.any(dim=0) for _, s in gen.items()])
+        if bool(wanted.all()):
+            return None, None
+        return wanted.nonzero().squeeze(1), wanted
+
+    def _velocities(
+        self, gen: GenInput, h: Tensor, outputs: Tensor | None, wanted: Tensor | None
+    ) -> dict[str, Tensor]:
+        """The Generator's normed output (B, Ld or Lo, C) -> velocity per stream, zero where a token
+        is padding or was not computed."""
+        streams = gen.items()
+        if outputs is not None:  # back to every token; the rows not computed are masked below
+            h = h.new_zeros(h.shape[0], gen.length, h.shape[2]).index_copy_(1, outputs, h)
         lengths = [s.length for _, s in streams]
-        wanted_parts = torch.split(wanted, lengths) if keep is not None else [None] * len(streams)
+        wanted_parts = torch.split(wanted, lengths) if wanted is not None else [None] * len(streams)
         out = {}
         for (name, s), part, w in zip(streams, torch.split(h, lengths, dim=1), wanted_parts, strict=True):
             if name == "video":
@@ -438,8 +514,9 @@ class MoT(nn.Module):
         return out
 
     def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:
-        """RoPE (cos, sin) of a Generator request (validated here); fixed for all its denoising steps."""
-        self._check_generator_input(cache, gen, validate=True)
+        """The `rotation_table` of a Generator request's positions: fixed for all its denoising steps
+        with this cache (`plan_steps` validates the request)."""
+        self._check_generator_input(cache, gen, validate=False)
         return self._rope(self.generator_positions(cache, gen))
 
     def forward(

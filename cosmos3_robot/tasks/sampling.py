@@ -86,8 +86,9 @@ def sample(
         else {n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()}
     )
     noisy = {n: s.noisy for n, s in gen.items()}
-    noisy_f = {n: s.noisy.to(s.sigma.dtype) for n, s in gen.items()}
     use_cfg = guidance != 1.0
+    # Validated once; the noisy layout and the noise-level embeddings of the schedule serve every step.
+    plan = model.plan_steps(GenInput.cat([gen, gen]) if use_cfg else gen, sampler.sigmas)
 
     def caches() -> ReasonerCache:
         c = prompt.run(model)
@@ -103,20 +104,17 @@ def sample(
     # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once.
     cache = caches().with_room(gen.length) if reuse_cache else None
     rope = None
-    first_step = True  # inputs are validated, and positions rotated, on the first step only
     while not sampler.done:
         sigma = sampler.sigma
-        sig = {n: m * sigma for n, m in noisy_f.items()}  # σ on noisy tokens, 0 on clean ones
-        step_in = gen.replace_latents(x, sig)
+        step_in = gen.replace_latents(x)  # the noise level goes to denoise_step, not the streams
         if use_cfg:
             step_in = GenInput.cat([step_in, step_in])
         if reuse_cache:
-            if first_step:
+            if rope is None:  # positions depend on the cache only: rotated on the first step
                 rope = model.generator_rope(cache, step_in)
-            v = model.denoise(cache, step_in, validate=False, rope=rope, noisy_only=True)
-        else:  # Reasoner, positions and rotations recomputed every step; inputs validated once
-            v = model.denoise(caches(), step_in, validate=first_step, noisy_only=True)
-        first_step = False
+            v = model.denoise_step(cache, step_in, plan, sigma, rope)
+        else:  # the Reasoner, positions and rotations recomputed every step
+            v = model.denoise_step(caches(), step_in, plan, sigma)
         if use_cfg:
             v = guided({n: t[:b] for n, t in v.items()}, {n: t[b:] for n, t in v.items()}, guidance)
         x_new = sampler.step(v, x)
