@@ -68,6 +68,29 @@ def test_policy_queue_replans_every_execute_steps(world):
         PolicyRunner(wm, execute=9)
 
 
+def test_policy_reasons_once_per_task_and_plans_as_if_it_reasoned_each_time(world, monkeypatch):
+    wm, _ = world
+    calls = []
+    reason = wm.model.reason
+    monkeypatch.setattr(wm.model, "reason", lambda *a, **k: calls.append(1) or reason(*a, **k))
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(3)]
+    task = "move the fingertip to the red target"
+    cached = PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2))
+    got = [cached.plan(f, task) for f in frames]
+    assert len(calls) == 1  # the instruction is reasoned once for the three plans
+    cached.plan(frames[0], "another task")
+    assert len(calls) == 2
+    fresh = PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2))  # same noise seed
+    want = []
+    for f in frames:
+        fresh.reset()  # forgets the reasoned instruction: the Reasoner runs again
+        want.append(fresh.plan(f, task))
+    assert len(calls) == 5
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
 def test_closed_loop_rollout_runs(world):
     wm, _ = world
     res = rollout("cosmos3_robot/Reach-v0", PolicyRunner(wm, execute=4, sampling=SamplingConfig(steps=1)), 1)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from cosmos3_robot.flow import make_sampler
-from cosmos3_robot.tasks import make_task
+from cosmos3_robot.tasks import ReasonedPrompt, make_task
 
 from .world_model import WorldModel
 
@@ -58,15 +58,23 @@ class PolicyRunner:
             )
         self.queue: deque[np.ndarray] = deque()
         self.generator = torch.Generator().manual_seed(self.sampling.seed)
+        self._reasoned: tuple[str, ReasonedPrompt] | None = None  # the task text, reasoned once
 
     def reset(self) -> None:
         self.queue.clear()
+        self._reasoned = None
 
     def plan(self, pixels: np.ndarray, task: str) -> np.ndarray:
-        """One frame (H, W, 3) uint8 -> an action chunk (Na, A) in env units."""
+        """One frame (H, W, 3) uint8 -> an action chunk (Na, A) in env units.
+
+        The Reasoner reads only the task text, so it runs on the first plan of a task and its
+        cache serves the following plans (until `reset` or another task)."""
         frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
         batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1)
-        out = _sample(self.world, "policy", batch, self.sampling, self.generator)
+        if self._reasoned is None or self._reasoned[0] != task:
+            with torch.no_grad():
+                self._reasoned = (task, batch.prompt().reasoned(self.world.model))
+        out = _sample(self.world, "policy", batch, self.sampling, self.generator, self._reasoned[1])
         return self.world.raw_actions(out["action"])[0]
 
     def act(self, obs: dict, task: str) -> np.ndarray:
@@ -105,9 +113,15 @@ def rollout(
 
 
 def _sample(
-    world: WorldModel, mode: str, batch, sampling: SamplingConfig, generator: torch.Generator | None = None
+    world: WorldModel,
+    mode: str,
+    batch,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None = None,
+    prompt: ReasonedPrompt | None = None,
 ) -> dict[str, Tensor]:
-    """Sample `mode` with `sampling`; noise from `generator`, else a fresh one seeded by sampling.seed."""
+    """Sample `mode` with `sampling`; noise from `generator`, else a fresh one seeded by sampling.seed;
+    the instruction from `prompt` when it is already reasoned."""
     return make_task(mode).sample(
         world.model,
         batch,
@@ -115,6 +129,7 @@ def _sample(
         sampling.steps,
         shift=sampling.shift,
         generator=generator if generator is not None else torch.Generator().manual_seed(sampling.seed),
+        prompt=prompt,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from .base import ClipBatch, TaskHead
-from .sampling import Prompt, sample
+from .sampling import Prompt, ReasonedPrompt, sample
 
 # name -> "module:Class", imported lazily
 TASKS: dict[str, str] = {
@@ -23,4 +23,4 @@ def make_task(name: str, **kwargs) -> TaskHead:
     return getattr(importlib.import_module(module), cls)(**kwargs)
 
 
-__all__ = ["TASKS", "ClipBatch", "Prompt", "TaskHead", "make_task", "sample"]
+__all__ = ["TASKS", "ClipBatch", "Prompt", "ReasonedPrompt", "TaskHead", "make_task", "sample"]

@@ -26,7 +26,7 @@ from torch import Tensor
 from cosmos3_robot.flow import Sampler, SigmaSampler, add_noise, flow_loss, velocity_target
 from cosmos3_robot.model import GenInput, MoT, ReasonerCache, series_stream, unpatchify, video_stream
 
-from .sampling import Prompt, sample
+from .sampling import Prompt, ReasonedPrompt, sample
 
 
 @dataclass
@@ -227,18 +227,22 @@ class TaskHead:
         *,
         shift: float = 1.0,
         guidance: float = 1.0,
-        null_prompt: Prompt | None = None,
+        null_prompt: Prompt | ReasonedPrompt | None = None,
         generator: torch.Generator | None = None,
         reuse_cache: bool = True,
+        prompt: ReasonedPrompt | None = None,
     ) -> dict[str, Tensor]:
         """Generate this mode's noised modalities. Returns {modality: latents} with video as
-        (B, C, T, H, W) (observed frames copied through), actions (B, Na, A), audio (B, Ns, Ca)."""
+        (B, C, T, H, W) (observed frames copied through), actions (B, Na, A), audio (B, Ns, Ca).
+
+        prompt: the batch's instruction already reasoned (`batch.prompt().reasoned(model)`), when
+        several requests share it; None runs the Reasoner on `batch.prompt()`."""
         gen = self.streams(batch)
         out = sample(
             model,
             gen,
             sampler,
-            batch.prompt(),
+            batch.prompt() if prompt is None else prompt,
             num_steps=num_steps,
             shift=shift,
             guidance=guidance,

@@ -31,6 +31,10 @@ class Prompt:
     positions: Tensor | None = None
     deepstack: list[Tensor] | None = None
 
+    def reasoned(self, model: MoT) -> ReasonedPrompt:
+        """Run the Reasoner now, for reuse by several requests."""
+        return ReasonedPrompt(self.run(model))
+
     def run(self, model: MoT) -> ReasonerCache:
         return model.reason(
             self.input_ids,
@@ -40,6 +44,20 @@ class Prompt:
             deepstack=self.deepstack,
             logits=False,
         ).cache
+
+
+@dataclass
+class ReasonedPrompt:
+    """A prompt whose Reasoner pass is done: `run` returns its cache without running the model.
+
+    For requests that share an instruction, e.g. a closed-loop policy re-planning under one task
+    text: the Reasoner runs once for all of them. The cache is only read (`with_room` copies it).
+    """
+
+    cache: ReasonerCache
+
+    def run(self, model: MoT) -> ReasonerCache:
+        return self.cache
 
 
 def initial_latents(gen: GenInput, generator: torch.Generator | None = None) -> dict[str, Tensor]:
@@ -56,12 +74,12 @@ def sample(
     model: MoT,
     gen: GenInput,
     sampler: Sampler,
-    prompt: Prompt,
+    prompt: Prompt | ReasonedPrompt,
     *,
     num_steps: int,
     shift: float = 1.0,
     guidance: float = 1.0,
-    null_prompt: Prompt | None = None,
+    null_prompt: Prompt | ReasonedPrompt | None = None,
     noise: dict[str, Tensor] | None = None,
     generator: torch.Generator | None = None,
     reuse_cache: bool = True,
