@@ -13,8 +13,10 @@ Axis glossary:  B batch · La Reasoner tokens · Ld Generator tokens · C hidden
 Entry points:
   `reason`   — Reasoner only (a reasoning request never reads a Generator weight); returns logits
                and the cache the Generator reads.
-  `denoise`  — Generator only, given a cache: one velocity prediction. Called once per sampling step
-               with the same cache, so the Reasoner runs once per request.
+  `denoise`  — Generator only, given a cache: one velocity prediction, each token at its own σ.
+  `plan_steps` / `denoise_step` — the same for a sampler: what a request keeps across its steps
+               (noisy layout, the schedule's noise-level embeddings) is computed once, and every step
+               reads the same cache, so the Reasoner runs once per request.
   `forward`  — `reason` then `denoise`: the generation forward used for training.
   `decode`   — incremental causal decoding of text with a KV cache.
 
