@@ -25,7 +25,7 @@ def test_packed_linear_matches_f_linear_and_follows_weight_updates():
         x = torch.randn(5, 7, 48)
         with torch.no_grad():
             torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
-        assert lin._packed is not None and lin._packed_key[0] == lin.weight._version  # packed path ran
+        assert lin._packed is not None and lin._packed_key[0][1] == lin.weight._version  # packed path ran
         lin(x).square().mean().backward()  # grad mode: plain F.linear, gradients flow
         assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
         opt.step()  # in-place update: the next no-grad call must repack
@@ -96,12 +96,12 @@ def test_packed_qkv_is_one_product_equal_to_the_three_projections(bias):
         attn.k_proj.weight.mul_(-2.0)
         torch.testing.assert_close(attn._project(x)[1], F.linear(x, attn.k_proj.weight, attn.k_proj.bias))
     # autograd: no packed product, the Linears run one by one and gradients reach every weight
-    assert concat(x.requires_grad_()) is None
+    assert concat(x.requires_grad_(), (attn.q_proj, attn.k_proj, attn.v_proj)) is None
     sum(t.square().sum() for t in attn._project(x)).backward()
     assert all(lin.weight.grad.abs().sum() > 0 for lin in (attn.q_proj, attn.k_proj, attn.v_proj))
 
 
-def test_packed_qkv_copies_follow_their_own_weights_and_unpack_removes_them():
+def test_packed_qkv_follows_copies_and_replaced_linears_and_unpack_removes_it():
     torch.manual_seed(0)
     attn = pack_for_cpu(_qkv(bias=False))
     x = torch.randn(1, 3, 32)
@@ -109,10 +109,16 @@ def test_packed_qkv_copies_follow_their_own_weights_and_unpack_removes_them():
         attn._project(x)
         clone = copy.deepcopy(attn)
         assert clone.packed_qkv._key is None  # the packed cache is not copied
-        assert clone.packed_qkv.linears[0] is clone.q_proj  # it reads the copy's weights
         clone.q_proj.weight.zero_()
-        assert torch.equal(clone._project(x)[0], torch.zeros(1, 3, 32))
+        assert torch.equal(clone._project(x)[0], torch.zeros(1, 3, 32))  # it reads the copy's weights
         assert attn._project(x)[0].abs().sum() > 0  # the original is untouched
+        attn.v_proj = torch.nn.Linear(32, 16, bias=True)  # a Linear swapped in after packing
+        torch.testing.assert_close(attn._project(x)[2], attn.v_proj(x), rtol=1e-5, atol=1e-6)
+        attn.to(torch.bfloat16)  # new parameter tensors: the bf16 product is packed anew
+        xb = x.bfloat16()
+        torch.testing.assert_close(
+            attn._project(xb)[0], F.linear(xb, attn.q_proj.weight), rtol=1e-2, atol=1e-2
+        )
     unpack(attn)
     assert "packed_qkv" not in attn.__dict__ and attn.packed_qkv is None
 
@@ -124,5 +130,5 @@ def test_weights_made_under_inference_mode_run_unpacked():
         lin = pack_for_cpu(torch.nn.Linear(32, 16))
         x = torch.randn(2, 32)
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
-        assert attn.packed_qkv(x) is None and lin._packed is None
+        assert attn.packed_qkv(x, (attn.q_proj, attn.k_proj, attn.v_proj)) is None and lin._packed is None
         torch.testing.assert_close(attn._project(x)[2], F.linear(x, attn.v_proj.weight, attn.v_proj.bias))

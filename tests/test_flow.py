@@ -18,7 +18,7 @@ from cosmos3_robot.flow import (
     shift_sigma,
     velocity_target,
 )
-from cosmos3_robot.model import MoT, preset
+from cosmos3_robot.model import GenInput, MoT, ReasonerCache, preset
 from cosmos3_robot.tasks.sampling import Prompt, sample
 from tests.test_model_core import make_gen
 
@@ -254,6 +254,8 @@ def test_planned_step_equals_denoise_with_per_token_sigma():
         plan = m.plan_steps(gen, sigmas)
         assert plan.outputs is not None and plan.dm_valid is not None
         rope = m.generator_rope(cache.with_room(gen.length), gen)
+        # the schedule's levels are looked up, not embedded again
+        assert float(sigmas[0]) in plan.levels and float(sigmas[2]) in plan.levels
         for sigma in [float(sigmas[0]), float(sigmas[2]), 0.1234]:  # the last is not in the schedule
             per_token = gen.replace_latents(
                 {n: s.latents for n, s in gen.items()},
@@ -265,6 +267,10 @@ def test_planned_step_equals_denoise_with_per_token_sigma():
             for n in want:
                 torch.testing.assert_close(got[n], want[n], atol=1e-6, rtol=1e-5)
                 torch.testing.assert_close(roomy[n], want[n], atol=1e-6, rtol=1e-5)
+        with pytest.raises(ValueError, match="plan was built for"):  # guidance doubles the input
+            m.denoise_step(
+                ReasonerCache.cat([cache, cache]), GenInput.cat([gen, gen]), plan, float(sigmas[0])
+            )
     bad = dataclasses.replace(
         gen, action=dataclasses.replace(gen.action, embodiment=gen.action.embodiment + 9)
     )

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 class TowerAttention(nn.Module):
     """One tower's attention weights: Q/K/V/O projections and QK-norm (Qwen3 names)."""
 
-    # `cpu_pack.pack_for_cpu` sets `packed_qkv` to the three projections packed as one product.
-    PACK_CONCAT: ClassVar[dict[str, tuple[str, ...]]] = {"packed_qkv": ("q_proj", "k_proj", "v_proj")}
+    # `cpu_pack.pack_for_cpu` sets `packed_qkv`: the three projections run as one packed product.
+    PACKED_CONCATS: ClassVar[tuple[str, ...]] = ("packed_qkv",)
     packed_qkv: ClassVar[PackedConcat | None] = None
 
     def __init__(
@@ -77,9 +77,10 @@ class TowerAttention(nn.Module):
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, L, C) -> q (B, L, H·D), k and v (B, L, G·D): one packed product when available."""
-        y = self.packed_qkv(x) if self.packed_qkv is not None else None
+        linears = (self.q_proj, self.k_proj, self.v_proj)
+        y = self.packed_qkv(x, linears) if self.packed_qkv is not None else None
         if y is None:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            return tuple(lin(x) for lin in linears)
         kv = self.num_kv_heads * self.head_dim
         return y.split([self.num_heads * self.head_dim, kv, kv], dim=-1)
 

@@ -39,9 +39,9 @@ def _packable(x: Tensor, tensors: list[Tensor]) -> bool:
     return not (torch.is_grad_enabled() and (x.requires_grad or any(t.requires_grad for t in tensors)))
 
 
-def _key(tensors: list[Tensor]) -> tuple[tuple[int, int], ...]:
-    """Changes whenever one of the tensors is written in place or replaced."""
-    return tuple((t._version, t.data_ptr()) for t in tensors)
+def _key(tensors: list[Tensor]) -> tuple[tuple[int, int, int], ...]:
+    """Changes whenever one of the tensors is written in place or replaced by another."""
+    return tuple((id(t), t._version, t.data_ptr()) for t in tensors)
 
 
 def _pack(weight: Tensor) -> Tensor:
@@ -56,13 +56,13 @@ class PackedLinear(nn.Linear):
     """An `nn.Linear` (same parameters, same state_dict) whose CPU inference uses a packed weight."""
 
     _packed: Tensor | None = None
-    _packed_key: tuple[int, int] | None = None
+    _packed_key: tuple | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         if not _packable(x, [w] if self.bias is None else [w, self.bias]):
             return F.linear(x, w, self.bias)
-        key = (w._version, w.data_ptr())
+        key = _key([w])
         if self._packed_key != key:
             self._packed = _pack(w)
             self._packed_key = key
@@ -76,64 +76,62 @@ class PackedLinear(nn.Linear):
 
 
 class PackedConcat:
-    """Linears that read the same input, run as one packed product: x -> [l_1(x) | l_2(x) | ...].
+    """The packed product of Linears that read the same input: x -> [l_1(x) | l_2(x) | ...].
 
-    Not a module: it holds no parameters of its own (the Linears keep theirs and the state_dict is
-    unchanged) and builds its packed concatenation lazily, again whenever a weight changes. Calling
-    it returns None where packing does not apply; the caller then runs the Linears one by one.
+    A cache, not a module: the caller passes its Linears on every call (the ones it holds now), and
+    the concatenated packed weight is rebuilt whenever one of them is replaced or written in place.
+    The parameters and the state_dict stay the Linears'. Returns None where packing does not apply;
+    the caller then runs the Linears one by one.
     """
 
-    def __init__(self, linears: list[nn.Linear]):
-        self.linears = tuple(linears)
+    def __init__(self) -> None:
         self._packed: Tensor | None = None
         self._bias: Tensor | None = None
         self._key: tuple | None = None
 
-    def _tensors(self) -> list[Tensor]:
-        return [p for lin in self.linears for p in (lin.weight, lin.bias) if p is not None]
-
-    def __call__(self, x: Tensor) -> Tensor | None:
-        tensors = self._tensors()
+    def __call__(self, x: Tensor, linears: tuple[nn.Linear, ...]) -> Tensor | None:
+        tensors = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
         if not _packable(x, tensors):
             return None
         key = _key(tensors)
         if key != self._key:
-            self._packed = _pack(torch.cat([lin.weight for lin in self.linears]))
-            biases = [lin.bias for lin in self.linears]
+            self._packed = _pack(torch.cat([lin.weight for lin in linears]))
+            biases = [lin.bias for lin in linears]
             self._bias = (
                 None
                 if all(b is None for b in biases)
                 else torch.cat(
                     [
                         b.detach() if b is not None else x.new_zeros(lin.out_features)
-                        for lin, b in zip(self.linears, biases, strict=True)
+                        for lin, b in zip(linears, biases, strict=True)
                     ]
                 )
             )
             self._key = key
         return _packed_linear(x, self._packed, self._bias)
 
-    def __getstate__(self):  # the packed copy is a cache: a copy references the copied Linears only
-        return {"linears": self.linears}
+    def __getstate__(self):  # a cache: never pickled or deep-copied
+        return {}
 
     def __setstate__(self, state) -> None:
-        self.__init__(list(state["linears"]))
+        self.__init__()
 
 
 def pack_for_cpu(model: nn.Module) -> nn.Module:
     """Turn every plain `nn.Linear` of `model` into a `PackedLinear`, in place; returns `model`.
 
-    A module class may declare `PACK_CONCAT = {attribute: (linear names, ...)}`: the named Linears read
-    the same input, and the attribute is set to their `PackedConcat`. The modules keep their Parameter
-    objects (tied weights stay tied, an optimiser keeps working). A no-op where PyTorch has no oneDNN.
+    A module class may declare `PACKED_CONCATS = (attribute, ...)`: each attribute is set to an empty
+    `PackedConcat` that the module calls with Linears reading one input. The modules keep their
+    Parameter objects (tied weights stay tied, an optimiser keeps working). A no-op where PyTorch has
+    no oneDNN.
     """
     if not available():
         return model
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = PackedLinear  # same attributes, new forward: nothing is copied
-        for attr, names in getattr(type(module), "PACK_CONCAT", {}).items():
-            setattr(module, attr, PackedConcat([getattr(module, n) for n in names]))
+        for attr in getattr(type(module), "PACKED_CONCATS", ()):
+            setattr(module, attr, PackedConcat())
     return model
 
 
@@ -144,6 +142,6 @@ def unpack(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_packed", None)
             module.__dict__.pop("_packed_key", None)
             module.__class__ = nn.Linear
-        for attr in getattr(type(module), "PACK_CONCAT", {}):
+        for attr in getattr(type(module), "PACKED_CONCATS", ()):
             module.__dict__.pop(attr, None)
     return model

@@ -474,10 +474,16 @@ class MoT(nn.Module):
         level `sigma` (the streams' σ fields are not read) and nothing the plan holds is recomputed.
         rope: `generator_rope(cache, gen)`, fixed while the cache is (None: computed here)."""
         self._check_generator_input(cache, gen, validate=False)
+        if plan.noisy.shape != (gen.batch, gen.length):
+            raise ValueError(
+                f"the plan was built for {tuple(plan.noisy.shape)} (batch, tokens) but the Generator input "
+                f"has {(gen.batch, gen.length)}; plan the input the steps see (both halves under guidance)"
+            )
         x = self._embed_latents(gen)
         t = plan.levels.get(sigma)
-        if t is None:  # a level outside the planned schedule
-            t = self.time_embed(x.new_full((1,), sigma * self.config.sigma_scale))[0]
+        if t is None:  # a level outside the planned schedule (in float32, as `_time_embedding`)
+            level = torch.full((1,), sigma, dtype=torch.float32, device=x.device)
+            t = self.time_embed(level * self.config.sigma_scale)[0]
         x = torch.where(plan.noisy[..., None], x + t.to(x.dtype), x)
         positions = self.generator_positions(cache, gen) if rope is None else None
         h = self.run_generator(cache, x, positions, plan.dm_valid, rope, plan.outputs)
@@ -516,9 +522,8 @@ class MoT(nn.Module):
         return out
 
     def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:
-        """The `rotation_table` of a Generator request's positions: fixed for all its denoising steps
-        with this cache (`plan_steps` validates the request)."""
-        self._check_generator_input(cache, gen, validate=False)
+        """RoPE (cos, sin) of a Generator request (validated here); fixed for all its denoising steps."""
+        self._check_generator_input(cache, gen, validate=True)
         return self._rope(self.generator_positions(cache, gen))
 
     def forward(

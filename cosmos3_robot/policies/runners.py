@@ -72,8 +72,7 @@ class PolicyRunner:
         frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
         batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1)
         if self._reasoned is None or self._reasoned[0] != task:
-            with torch.no_grad():
-                self._reasoned = (task, batch.prompt().reasoned(self.world.model))
+            self._reasoned = (task, batch.prompt().reasoned(self.world.model))
         out = _sample(self.world, "policy", batch, self.sampling, self.generator, self._reasoned[1])
         return self.world.raw_actions(out["action"])[0]
 

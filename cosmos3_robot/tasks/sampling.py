@@ -6,8 +6,11 @@ denoising step runs only the Generator tower against the cached K/V. Conditional
 passes are one batched call: [cond; uncond] caches stacked along the batch, padded with masked keys.
 This holds for any batch size, with guidance, with video + audio + actions in one sequence.
 
-`reuse_cache=False` recomputes the Reasoner at every step — the behaviour of Diffusers' Cosmos 3
-pipeline — and exists as the reference for tests and benchmarks.
+Each step reads what the request keeps fixed from a plan (`MoT.plan_steps`: the noisy layout, the
+noise-level embeddings of the schedule) and runs `MoT.denoise_step`. `reuse_cache=False` instead
+recomputes the prompt's Reasoner pass, the positions and every token's noise embedding at every step
+(`MoT.denoise`) — the behaviour of Diffusers' Cosmos 3 pipeline — and exists as the independent
+reference for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ class Prompt:
     deepstack: list[Tensor] | None = None
 
     def reasoned(self, model: MoT) -> ReasonedPrompt:
-        """Run the Reasoner now, for reuse by several requests."""
-        return ReasonedPrompt(self.run(model))
+        """Run the Reasoner now, for reuse by several requests (no autograd graph is kept)."""
+        with torch.no_grad():
+            return ReasonedPrompt(self.run(model))
 
     def run(self, model: MoT) -> ReasonerCache:
         return model.reason(
@@ -104,9 +108,16 @@ def sample(
         else {n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()}
     )
     noisy = {n: s.noisy for n, s in gen.items()}
+    noisy_f = {n: s.noisy.to(s.sigma.dtype) for n, s in gen.items()}
     use_cfg = guidance != 1.0
-    # Validated once; the noisy layout and the noise-level embeddings of the schedule serve every step.
-    plan = model.plan_steps(GenInput.cat([gen, gen]) if use_cfg else gen, sampler.sigmas)
+
+    def step_input(sigma: float) -> GenInput:
+        step_in = gen.replace_latents(x, {n: m * sigma for n, m in noisy_f.items()})
+        return GenInput.cat([step_in, step_in]) if use_cfg else step_in
+
+    # The cached path validates the first step's input once (noise included) and plans what every
+    # step shares: the noisy layout and the noise-level embeddings of the schedule.
+    plan = model.plan_steps(step_input(sampler.sigma), sampler.sigmas) if reuse_cache else None
 
     def caches() -> ReasonerCache:
         c = prompt.run(model)
@@ -122,17 +133,18 @@ def sample(
     # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once.
     cache = caches().with_room(gen.length) if reuse_cache else None
     rope = None
+    first_step = True
     while not sampler.done:
         sigma = sampler.sigma
-        step_in = gen.replace_latents(x)  # the noise level goes to denoise_step, not the streams
-        if use_cfg:
-            step_in = GenInput.cat([step_in, step_in])
+        step_in = step_input(sigma)
         if reuse_cache:
             if rope is None:  # positions depend on the cache only: rotated on the first step
                 rope = model.generator_rope(cache, step_in)
             v = model.denoise_step(cache, step_in, plan, sigma, rope)
-        else:  # the Reasoner, positions and rotations recomputed every step
-            v = model.denoise_step(caches(), step_in, plan, sigma)
+        else:  # Diffusers' way: the prompt's Reasoner pass, positions, rotations and per-token noise
+            # embeddings recomputed every step (inputs validated once)
+            v = model.denoise(caches(), step_in, validate=first_step, noisy_only=True)
+        first_step = False
         if use_cfg:
             v = guided({n: t[:b] for n, t in v.items()}, {n: t[b:] for n, t in v.items()}, guidance)
         x_new = sampler.step(v, x)
