@@ -328,11 +328,15 @@ class MoT(nn.Module):
         """GenInput -> tokens (B, Ld, C) with modality embeddings, before any noise-level embedding."""
         return torch.cat([self._embed_stream(name, s) for name, s in gen.items()], dim=1)
 
+    def _level_embedding(self, levels: Tensor) -> Tensor:
+        """Noise levels σ (N,) -> their embeddings (N, C)."""
+        return self.time_embed(levels * self.config.sigma_scale)
+
     def _time_embedding(self, sigma: Tensor) -> Tensor:
         """σ (B, L) -> its embedding (B, L, C). The MLP runs once per distinct noise level (a
         sampling step has one or two, a training batch one per sample and modality), not per token."""
         levels, index = torch.unique(sigma, return_inverse=True)
-        return self.time_embed(levels * self.config.sigma_scale)[index]
+        return self._level_embedding(levels)[index]
 
     def _stream_positions(self, s: Stream, offset: Tensor) -> Tensor:
         """RoPE positions (B, 3, N) of a stream: explicit, or from its timestamps and grid."""
@@ -343,11 +347,14 @@ class MoT(nn.Module):
             pos[:, 1:] = s.grid.transpose(1, 2).float()
         return pos
 
-    def _check_generator_input(self, cache: ReasonerCache, gen: GenInput, validate: bool) -> None:
+    def _require_generator(self) -> None:
         if self.config.generator is None:
             raise ValueError(
                 "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
             )
+
+    def _check_generator_input(self, cache: ReasonerCache, gen: GenInput, validate: bool) -> None:
+        self._require_generator()
         b = gen.batch
         if b != cache.batch:
             raise ValueError(
@@ -378,10 +385,16 @@ class MoT(nn.Module):
         if bool(noisy.any()):  # Cosmos 3: the noise-level embedding goes to noisy tokens only
             t = self._time_embedding(torch.cat([s.sigma for _, s in streams], dim=1)).to(x.dtype)
             x = torch.where(noisy[..., None], x + t, x)
+        return x, self._generator_valid(gen)
+
+    @staticmethod
+    def _generator_valid(gen: GenInput) -> Tensor | None:
+        """Validity (B, Ld) of the Generator tokens, or None when nothing is padded."""
+        streams = gen.items()
         if all(s.valid is None for _, s in streams):
-            return x, None
+            return None
         dm_valid = torch.cat([s.valid_mask() for _, s in streams], dim=1)
-        return x, None if bool(dm_valid.all()) else dm_valid
+        return None if bool(dm_valid.all()) else dm_valid
 
     def embed_generator(
         self, cache: ReasonerCache, gen: GenInput, validate: bool = True
@@ -444,23 +457,14 @@ class MoT(nn.Module):
         """Validate a sampling request once and compute what its steps share: which tokens are
         noisy and padded, which outputs are read (noisy ones, with `noisy_only`), and the noise-level
         embedding of every σ of the schedule `sigmas` (one MLP call instead of one per step)."""
-        if self.config.generator is None:
-            raise ValueError(
-                "this model has no Generator tower (Reasoner-only checkpoint); it can only reason"
-            )
+        self._require_generator()
         self._validate_streams(gen)
-        streams = gen.items()
-        noisy = torch.cat([s.noisy for _, s in streams], dim=1)
-        dm_valid = None
-        if any(s.valid is not None for _, s in streams):
-            dm_valid = torch.cat([s.valid_mask() for _, s in streams], dim=1)
-            dm_valid = None if bool(dm_valid.all()) else dm_valid
+        noisy = torch.cat([s.noisy for _, s in gen.items()], dim=1)
         outputs, wanted = self._outputs(gen) if noisy_only else (None, None)
         sigmas = sigmas.detach().float().cpu()
-        emb = self.time_embed(sigmas.to(noisy.device) * self.config.sigma_scale)
-        return StepPlan(
-            noisy, dm_valid, outputs, wanted, dict(zip(sigmas.tolist(), emb.unbind(0), strict=True))
-        )
+        emb = self._level_embedding(sigmas.to(noisy.device))
+        levels = dict(zip(sigmas.tolist(), emb.unbind(0), strict=True))
+        return StepPlan(noisy, self._generator_valid(gen), outputs, wanted, levels)
 
     def denoise_step(
         self,
@@ -482,8 +486,7 @@ class MoT(nn.Module):
         x = self._embed_latents(gen)
         t = plan.levels.get(sigma)
         if t is None:  # a level outside the planned schedule (in float32, as `_time_embedding`)
-            level = torch.full((1,), sigma, dtype=torch.float32, device=x.device)
-            t = self.time_embed(level * self.config.sigma_scale)[0]
+            t = self._level_embedding(torch.full((1,), sigma, dtype=torch.float32, device=x.device))[0]
         x = torch.where(plan.noisy[..., None], x + t.to(x.dtype), x)
         positions = self.generator_positions(cache, gen) if rope is None else None
         h = self.run_generator(cache, x, positions, plan.dm_valid, rope, plan.outputs)
