@@ -128,7 +128,7 @@ def run_ours(
     # validated and noise levels embedded once (`plan_steps`), velocities only where tokens are noisy.
     cache = cache.with_room(gen.length)
     plan = model.plan_steps(gen, sigmas)
-    rope = model.generator_rope(cache, gen)
+    rope = model.generator_rope(cache, gen, validate=False)  # plan_steps validated it
     for i in range(len(sigmas) - 1):
         v = model.denoise_step(cache, gen.replace_latents(x), plan, float(sigmas[i]), rope)
         if scale is not None:

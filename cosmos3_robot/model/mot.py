@@ -524,9 +524,12 @@ class MoT(nn.Module):
             out[name] = v if mask is None else v * mask[..., None].to(v.dtype)
         return out
 
-    def generator_rope(self, cache: ReasonerCache, gen: GenInput) -> tuple[Tensor, Tensor]:
-        """RoPE (cos, sin) of a Generator request (validated here); fixed for all its denoising steps."""
-        self._check_generator_input(cache, gen, validate=True)
+    def generator_rope(
+        self, cache: ReasonerCache, gen: GenInput, validate: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """RoPE (cos, sin) of a Generator request; fixed for all its denoising steps. `validate=False`
+        when the request is validated already (`plan_steps`)."""
+        self._check_generator_input(cache, gen, validate)
         return self._rope(self.generator_positions(cache, gen))
 
     def forward(

@@ -117,7 +117,8 @@ def sample(
 
     # The cached path validates the first step's input once (noise included) and plans what every
     # step shares: the noisy layout and the noise-level embeddings of the schedule.
-    plan = model.plan_steps(step_input(sampler.sigma), sampler.sigmas) if reuse_cache else None
+    first = step_input(sampler.sigma)
+    plan = model.plan_steps(first, sampler.sigmas) if reuse_cache else None
 
     def caches() -> ReasonerCache:
         c = prompt.run(model)
@@ -130,16 +131,15 @@ def sample(
             c = ReasonerCache.cat([c, u])
         return c
 
-    # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once.
+    # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once,
+    # and rotates the positions (they depend on the cache only) once.
     cache = caches().with_room(gen.length) if reuse_cache else None
-    rope = None
+    rope = model.generator_rope(cache, first, validate=False) if reuse_cache else None
     first_step = True
     while not sampler.done:
         sigma = sampler.sigma
         step_in = step_input(sigma)
         if reuse_cache:
-            if rope is None:  # positions depend on the cache only: rotated on the first step
-                rope = model.generator_rope(cache, step_in)
             v = model.denoise_step(cache, step_in, plan, sigma, rope)
         else:  # Diffusers' way: the prompt's Reasoner pass, positions, rotations and per-token noise
             # embeddings recomputed every step (inputs validated once)
