@@ -25,7 +25,7 @@ def test_packed_linear_matches_f_linear_and_follows_weight_updates():
         x = torch.randn(5, 7, 48)
         with torch.no_grad():
             torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
-        assert lin._packed is not None and lin._packed_key[0][1] == lin.weight._version  # packed path ran
+        assert lin._cache._key is not None and lin._cache._key[0][1] == lin.weight._version  # packed path ran
         lin(x).square().mean().backward()  # grad mode: plain F.linear, gradients flow
         assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
         opt.step()  # in-place update: the next no-grad call must repack
@@ -71,7 +71,7 @@ def test_tied_weights_stay_tied_and_unpack_restores_linear():
         torch.testing.assert_close(clone.reason(ids).logits, m.reason(ids).logits)
     unpack(m)
     assert not any(type(x) is PackedLinear for x in m.modules())
-    assert all("_packed" not in x.__dict__ for x in m.modules())
+    assert all("_cache" not in x.__dict__ for x in m.modules())
 
 
 def _qkv(bias: bool) -> torch.nn.Module:
@@ -130,5 +130,5 @@ def test_weights_made_under_inference_mode_run_unpacked():
         lin = pack_for_cpu(torch.nn.Linear(32, 16))
         x = torch.randn(2, 32)
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
-        assert attn.packed_qkv(x, (attn.q_proj, attn.k_proj, attn.v_proj)) is None and lin._packed is None
+        assert attn.packed_qkv(x, (attn.q_proj, attn.k_proj, attn.v_proj)) is None and lin._cache._key is None
         torch.testing.assert_close(attn._project(x)[2], F.linear(x, attn.v_proj.weight, attn.v_proj.bias))

@@ -52,29 +52,6 @@ def _packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-class PackedLinear(nn.Linear):
-    """An `nn.Linear` (same parameters, same state_dict) whose CPU inference uses a packed weight."""
-
-    _packed: Tensor | None = None
-    _packed_key: tuple | None = None
-
-    def forward(self, x: Tensor) -> Tensor:
-        w = self.weight
-        if not _packable(x, [w] if self.bias is None else [w, self.bias]):
-            return F.linear(x, w, self.bias)
-        key = _key([w])
-        if self._packed_key != key:
-            self._packed = _pack(w)
-            self._packed_key = key
-        return _packed_linear(x, self._packed, self.bias)
-
-    def __getstate__(self):  # the packed copy is a cache: never pickled or deep-copied
-        state = dict(super().__getstate__())
-        state.pop("_packed", None)
-        state.pop("_packed_key", None)
-        return state
-
-
 class PackedConcat:
     """The packed product of Linears that read the same input: x -> [l_1(x) | l_2(x) | ...].
 
@@ -117,6 +94,19 @@ class PackedConcat:
         self.__init__()
 
 
+class PackedLinear(nn.Linear):
+    """An `nn.Linear` (same parameters, same state_dict) whose CPU inference uses a packed weight:
+    a `PackedConcat` of itself alone."""
+
+    _cache: PackedConcat | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self._cache is None:
+            self._cache = PackedConcat()
+        y = self._cache(x, (self,))
+        return F.linear(x, self.weight, self.bias) if y is None else y
+
+
 def pack_for_cpu(model: nn.Module) -> nn.Module:
     """Turn every plain `nn.Linear` of `model` into a `PackedLinear`, in place; returns `model`.
 
@@ -139,8 +129,7 @@ def unpack(model: nn.Module) -> nn.Module:
     """Undo `pack_for_cpu` (drops the packed copies)."""
     for module in model.modules():
         if type(module) is PackedLinear:
-            module.__dict__.pop("_packed", None)
-            module.__dict__.pop("_packed_key", None)
+            module.__dict__.pop("_cache", None)
             module.__class__ = nn.Linear
         for attr in getattr(type(module), "PACKED_CONCATS", ()):
             module.__dict__.pop(attr, None)
