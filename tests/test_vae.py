@@ -101,7 +101,7 @@ def test_small_preset_latent_channels_configurable() -> None:
 
 
 def test_reconstruction_improves_with_training() -> None:
-    from cosmos3_robot.training.vae import psnr, vae_loss
+    from cosmos3_robot.training.vae import COLLAPSED_SPREAD, latent_spread, psnr, vae_loss
 
     torch.manual_seed(0)
     vae = VideoVAE(vae_config("tiny"))
@@ -134,6 +134,25 @@ def test_reconstruction_improves_with_training() -> None:
     after = score()  # measured: 8.7 dB -> 30.7 dB
     assert after > before + 12, (before, after)
     assert after > 24, after
+    # four different images need four different latents: the trained encoder is not collapsed
+    with torch.no_grad():
+        assert latent_spread(vae.encode(frames)) > COLLAPSED_SPREAD
+
+
+def test_latent_spread_is_the_between_clip_share_of_the_spread() -> None:
+    from cosmos3_robot.training.vae import latent_spread
+
+    g = torch.Generator().manual_seed(0)
+    field = torch.randn(1, 4, 2, 3, 3, generator=g)  # varies over channels and positions
+    same = field.expand(16, -1, -1, -1, -1)
+    assert latent_spread(same) == 0.0  # every clip encodes to the same latent
+    nearly = same + 1e-3 * torch.randn(16, 4, 2, 3, 3, generator=g)
+    assert latent_spread(nearly) < 1e-2
+    independent = torch.randn(256, 4, 2, 3, 3, generator=g)
+    assert abs(latent_spread(independent) - 1.0) < 0.05  # std over clips = overall std = 1
+    assert latent_spread(7.0 * independent + 3.0) == pytest.approx(latent_spread(independent), rel=1e-5)
+    with pytest.raises(ValueError, match="at least 2 clips"):
+        latent_spread(field)
 
 
 # ---- folders ---------------------------------------------------------------------------------

@@ -164,18 +164,44 @@ def psnr(pred: Tensor, target: Tensor) -> Tensor:
     return 10 * torch.log10(1.0 / mse.clamp(min=1e-10))
 
 
+# Below this `latent_spread` the latents hardly depend on the clip (see `latent_spread`).
+COLLAPSED_SPREAD = 0.05
+
+
+def latent_spread(latents: Tensor) -> float:
+    """How much latents (N, C, T, h, w) differ between clips, relative to how much they vary at all:
+    the std across the N clips (averaged over channels, frames and positions) over the overall std.
+
+    Near 0 the encoder ignores its input: an early VAE decodes the average frame for every clip (on
+    scenes whose moving parts are small, that alone reaches ~21 dB), and no world model trained on
+    such latents can see the motion. Clips with independent latents give about 1."""
+    if latents.ndim < 2 or latents.shape[0] < 2:
+        raise ValueError(
+            f"latent_spread needs latents of at least 2 clips (N, ...), got {tuple(latents.shape)}"
+        )
+    x = latents.float()
+    return float(x.std(0).mean() / x.std().clamp(min=1e-12))
+
+
 @torch.no_grad()
 def evaluate(vae: VideoVAE, clips: Tensor, batch: int = 4) -> dict[str, float]:
-    """Mean PSNR over all frames of the clips, and split: frame 0 (image path) vs frames 1..4."""
+    """Mean PSNR over all frames of the clips, and split: frame 0 (image path) vs frames 1..4; and
+    the `latent_spread` of the clips' latents (None for a single clip)."""
     was_training = vae.training
     vae.autoencoder.eval()
-    scores = []
+    scores, latents = [], []
     for i in range(0, clips.shape[0], batch):
         x = clips[i : i + batch]
-        scores.append(psnr(vae.decode(vae.encode(x)), x))  # (b, T)
+        latents.append(vae.encode(x))
+        scores.append(psnr(vae.decode(latents[-1]), x))  # (b, T)
     vae.autoencoder.train(was_training)
     s = torch.cat(scores)
-    return {"psnr": s.mean().item(), "psnr_first": s[:, 0].mean().item(), "psnr_rest": s[:, 1:].mean().item()}
+    return {
+        "psnr": s.mean().item(),
+        "psnr_first": s[:, 0].mean().item(),
+        "psnr_rest": s[:, 1:].mean().item(),
+        "latent_spread": latent_spread(torch.cat(latents)) if clips.shape[0] > 1 else None,
+    }
 
 
 @torch.no_grad()
@@ -312,9 +338,11 @@ def main(argv: list[str]) -> int:
         if step % args.eval_every == 0 or step == args.steps or out_of_time:
             scores = evaluate(vae, eval_clips)
             history.append({"step": step, "train_seconds": round(train_seconds, 1), **parts, **scores})
+            spread = scores["latent_spread"]
             bar.write(
                 f"step {step}: held-out PSNR {scores['psnr']:.2f} dB (first frame {scores['psnr_first']:.2f}, "
-                f"later frames {scores['psnr_rest']:.2f}), loss {loss.item():.4f}"
+                f"later frames {scores['psnr_rest']:.2f}), latent spread "
+                f"{'n/a (1 clip)' if spread is None else f'{spread:.3f}'}, loss {loss.item():.4f}"
             )
         if step % args.save_every == 0 or step == args.steps or out_of_time:
             save()
@@ -324,4 +352,11 @@ def main(argv: list[str]) -> int:
     bar.close()
     if history:
         print(json.dumps(history[-1]))
+        spread = history[-1].get("latent_spread")
+        if spread is not None and spread < COLLAPSED_SPREAD:
+            print(
+                f"warning: latent spread {spread:.4f} < {COLLAPSED_SPREAD}: the latents hardly differ between "
+                "clips (the VAE decodes about the same frame for all of them); train longer (--steps, "
+                "--max-minutes) before using it for a world model"
+            )
     return 0
