@@ -298,3 +298,24 @@ def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
         tmp_path / "cache", vae, "local/vae_test", tmp_path / "data", clip_frames=5, stride=4, progress=False
     )
     assert cache.episodes == [0, 1, 2] and cache.episode(1)["latents"].shape == (2, 8, 2, 2, 2)
+
+
+def test_later_latent_use_tells_whether_the_decoder_reads_later_latents() -> None:
+    from cosmos3_robot.training.vae import later_latent_use
+
+    class Decoder:  # latents (N, 1, T_lat, 1, 1) -> frames (N, 1 + 4(T_lat - 1), 3, 2, 2)
+        def __init__(self, reads_later: bool):
+            self.reads_later = reads_later
+
+        def decode(self, z: torch.Tensor) -> torch.Tensor:
+            first = z[:, :, :1].flatten(1)  # (N, 1)
+            later = z[:, :, 1:] if self.reads_later else z[:, :, :1].expand_as(z[:, :, 1:])
+            later = later.flatten(1).repeat_interleave(4, dim=1)  # each later latent -> 4 frames
+            return torch.cat([first, later], 1)[:, :, None, None, None].expand(-1, -1, 3, 2, 2)
+
+    z = torch.randn(5, 1, 3, 1, 1, generator=torch.Generator().manual_seed(0))
+    frames = Decoder(True).decode(z)  # the decoder reproduces the clips exactly
+    assert later_latent_use(Decoder(True), z, frames) == pytest.approx(1.0)
+    assert later_latent_use(Decoder(False), z, frames) == 0.0  # later frames drawn from latent 0 only
+    with pytest.raises(ValueError, match="2 latent frames"):
+        later_latent_use(Decoder(True), z[:, :, :1], frames[:, :1])

@@ -166,6 +166,8 @@ def psnr(pred: Tensor, target: Tensor) -> Tensor:
 
 # Below this `latent_spread` the latents hardly depend on the clip (see `latent_spread`).
 COLLAPSED_SPREAD = 0.05
+# Below this `later_latent_use` the decoder draws later frames from the first latent (see there).
+IGNORED_LATER_LATENTS = 0.1
 
 
 def latent_spread(latents: Tensor) -> float:
@@ -184,9 +186,28 @@ def latent_spread(latents: Tensor) -> float:
 
 
 @torch.no_grad()
+def later_latent_use(vae: VideoVAE, latents: Tensor, frames: Tensor) -> float:
+    """Whether the decoder reads the latent frames after the first: swap latent frames 1.. between
+    clips (each clip gets the next clip's) and measure how much its decoded frames 1.. change,
+    relative to how much the true frames 1.. of those two clips differ.
+
+    latents (N, C, T_lat, h, w) of frames (N, T, 3, H, W), N ≥ 2, T_lat ≥ 2. About 1 when later
+    latents carry the later frames; near 0 when the decoder renders them from the first latent
+    alone (what a VAE learns first on scenes that barely move between frames). Then no forward
+    dynamics model can change the decoded future, however well it predicts the latents."""
+    if latents.shape[0] < 2 or latents.shape[2] < 2:
+        raise ValueError(f"later_latent_use needs ≥ 2 clips of ≥ 2 latent frames, got {tuple(latents.shape)}")
+    nxt = torch.roll(torch.arange(latents.shape[0]), 1)
+    swapped = torch.cat([latents[:, :, :1], latents[nxt, :, 1:]], dim=2)
+    change = (vae.decode(swapped)[:, 1:] - vae.decode(latents)[:, 1:]).abs().mean()
+    differ = (frames[nxt, 1:] - frames[:, 1:]).abs().mean().clamp(min=1e-12)
+    return float(change / differ)
+
+
+@torch.no_grad()
 def evaluate(vae: VideoVAE, clips: Tensor, batch: int = 4) -> dict[str, float]:
-    """Mean PSNR over all frames of the clips, and split: frame 0 (image path) vs frames 1..4; and
-    the `latent_spread` of the clips' latents (None for a single clip)."""
+    """Mean PSNR over all frames of the clips, and split: frame 0 (image path) vs frames 1..4; the
+    `latent_spread` of the clips' latents and the decoder's `later_latent_use` (None for one clip)."""
     was_training = vae.training
     vae.autoencoder.eval()
     scores, latents = [], []
@@ -201,6 +222,7 @@ def evaluate(vae: VideoVAE, clips: Tensor, batch: int = 4) -> dict[str, float]:
         "psnr_first": s[:, 0].mean().item(),
         "psnr_rest": s[:, 1:].mean().item(),
         "latent_spread": latent_spread(torch.cat(latents)) if clips.shape[0] > 1 else None,
+        "later_latent_use": later_latent_use(vae, torch.cat(latents), clips) if clips.shape[0] > 1 else None,
     }
 
 
@@ -338,11 +360,12 @@ def main(argv: list[str]) -> int:
         if step % args.eval_every == 0 or step == args.steps or out_of_time:
             scores = evaluate(vae, eval_clips)
             history.append({"step": step, "train_seconds": round(train_seconds, 1), **parts, **scores})
-            spread = scores["latent_spread"]
+            spread, use = scores["latent_spread"], scores["later_latent_use"]
             bar.write(
                 f"step {step}: held-out PSNR {scores['psnr']:.2f} dB (first frame {scores['psnr_first']:.2f}, "
                 f"later frames {scores['psnr_rest']:.2f}), latent spread "
-                f"{'n/a (1 clip)' if spread is None else f'{spread:.3f}'}, loss {loss.item():.4f}"
+                f"{'n/a (1 clip)' if spread is None else f'{spread:.3f}'}, later-latent use "
+                f"{'n/a' if use is None else f'{use:.3f}'}, loss {loss.item():.4f}"
             )
         if step % args.save_every == 0 or step == args.steps or out_of_time:
             save()
@@ -352,11 +375,17 @@ def main(argv: list[str]) -> int:
     bar.close()
     if history:
         print(json.dumps(history[-1]))
-        spread = history[-1].get("latent_spread")
+        spread, use = history[-1].get("latent_spread"), history[-1].get("later_latent_use")
         if spread is not None and spread < COLLAPSED_SPREAD:
             print(
                 f"warning: latent spread {spread:.4f} < {COLLAPSED_SPREAD}: the latents hardly differ between "
                 "clips (the VAE decodes about the same frame for all of them); train longer (--steps, "
                 "--max-minutes) before using it for a world model"
+            )
+        if use is not None and use < IGNORED_LATER_LATENTS:
+            print(
+                f"warning: later-latent use {use:.3f} < {IGNORED_LATER_LATENTS}: the decoder draws the later "
+                "frames of a clip from its first latent, so predicted future latents will hardly show in "
+                "decoded video; train longer"
             )
     return 0
