@@ -130,8 +130,8 @@ def main(argv: list[str]) -> int:
         "--vae-minutes",
         type=float,
         default=4.0,
-        help="wall-time budget of VAE training (300 steps a minute at most); under ~3 minutes on 2 cores "
-        "the VAE still decodes the average frame for every clip (the demo warns: vae_latent_spread)",
+        help="wall-time budget of VAE training (its schedule plans 300 steps a minute); with 2 minutes "
+        "every clip still encoded to the same latent (the demo reports vae_latent_spread)",
     )
     p.add_argument(
         "--train-steps",
