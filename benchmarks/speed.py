@@ -13,6 +13,8 @@ Figures (JSON + a printed table):
   kv_reuse_flop_ratio       the same ratio predicted from FLOP counts
   step_to_pass_ratio        one Generator step / one Reasoner pass, each timed alone (per batch; the
                             FLOP prediction is step_to_pass_flop_ratio): what decides the speedup
+  fixed_cost_batch1         the same step and pass at batch 1 with every layer 16 wide: the per-call
+                            costs that do not shrink with the arithmetic
   reason_only_ms            a Reasoner-only forward (logits) of our model, as a WorldModel runs it
                             (packed CPU weights; `*_unpacked` beside it, `--no-pack` for everything)
   reason_only_vs_hf_ratio   ours / a transformers Qwen3ForCausalLM of identical dims, same inputs and threads
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -43,6 +46,7 @@ from cosmos3_robot.flow import (  # noqa: E402
     velocity_target,
 )
 from cosmos3_robot.model import GenInput, MoT, count_parameters, preset, series_stream, video_stream  # noqa: E402
+from cosmos3_robot.model.config import TowerConfig  # noqa: E402
 from cosmos3_robot.model.cpu_pack import available as packing_available  # noqa: E402
 from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.tasks.sampling import Prompt, sample  # noqa: E402
@@ -113,6 +117,19 @@ def generator_flops(cfg, la: int, ld: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------
+
+
+def pass_and_step_ms(model: MoT, gen: GenInput, prompt: Prompt, sigmas: torch.Tensor, reps: int):
+    """The two towers alone: ((ms, median ms) of one Reasoner pass, (ms, median) of one planned
+    Generator step), alternated. A cached request is one pass and `steps` steps, an uncached one
+    `steps` of each, so the step / pass ratio decides how close the speedup comes to the FLOP
+    prediction: speedup = steps·(pass + step) / (pass + steps·step)."""
+    cache = prompt.run(model).with_room(gen.length)
+    plan, rope = model.plan_steps(gen, sigmas), model.generator_rope(cache, gen, validate=False)
+    sigma = float(sigmas[0])
+    return timed_alternating(
+        [lambda: prompt.run(model), lambda: model.denoise_step(cache, gen, plan, sigma, rope)], reps
+    )
 
 
 def make_request(cfg, batch: int, frames: int, grid: int, actions: int, ar_len: int, g: torch.Generator):
@@ -195,20 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             (cached, cached_med), (uncached, uncached_med) = timed_alternating(
                 [lambda run=run: run(True), lambda run=run: run(False)], args.reps
             )
-            # The two towers alone: one Reasoner pass and one planned Generator step (what the cached
-            # request repeats). speedup = steps·(pass + step) / (pass + steps·step), so their ratio
-            # is what decides how close the measured figure comes to the FLOP prediction.
-            cache = prompt.run(model).with_room(gen.length)
-            plan, rope = model.plan_steps(gen, sigmas), model.generator_rope(cache, gen, validate=False)
-            (r_ms, r_med), (g_ms, g_med) = timed_alternating(
-                [
-                    lambda prompt=prompt: prompt.run(model),
-                    lambda gen=gen, cache=cache, plan=plan, rope=rope: model.denoise_step(
-                        cache, gen, plan, float(sigmas[0]), rope
-                    ),
-                ],
-                3 * args.reps,
-            )
+            (r_ms, r_med), (g_ms, g_med) = pass_and_step_ms(model, gen, prompt, sigmas, 3 * args.reps)
         kv[b] = {
             "denoise_ms_cached": cached,
             "denoise_ms_uncached": uncached,
@@ -221,6 +225,22 @@ def main(argv: list[str] | None = None) -> int:
             "step_to_pass_ratio": g_ms / r_ms,
             "step_to_pass_ratio_median": g_med / r_med,
         }
+    # The fixed per-call costs alone: the same batch-1 request through the same layers made 16 wide,
+    # where nearly nothing is arithmetic. What they take of a step is what keeps batch 1 from the
+    # FLOP prediction.
+    narrow = dataclasses.replace(
+        cfg,
+        reasoner=TowerConfig(hidden_size=16, intermediate_size=16),
+        generator=TowerConfig(hidden_size=16, intermediate_size=16),
+        attention=dataclasses.replace(cfg.attention, head_dim=8, rope_sections=None),
+        timestep_embed_dim=16,
+    )
+    narrow_model = MoT(narrow).eval() if args.no_pack else pack_for_cpu(MoT(narrow).eval())
+    gen, prompt = make_request(narrow, 1, frames, grid, actions, args.ar_len, g)
+    with torch.inference_mode():
+        (r_fixed, _), (g_fixed, _) = pass_and_step_ms(narrow_model, gen, prompt, sigmas, 3 * args.reps)
+    res["fixed_cost_batch1"] = {"hidden_size": 16, "reasoner_pass_ms": r_fixed, "generator_step_ms": g_fixed}
+
     # Headline: --request-batch requests per call; the other batches are reported beside it.
     head = kv[args.request_batch]
     res["request_batch"] = args.request_batch
@@ -358,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         ],
         ("  kv_reuse_flop_ratio (theory)", f"{res['kv_reuse_flop_ratio']:.2f}x"),
         ("  step / pass FLOP ratio (theory)", f"{res['step_to_pass_flop_ratio']:.3f}"),
+        (
+            "  fixed costs: batch 1, layers 16 wide, step / pass (ms)",
+            f"{g_fixed:.2f} / {r_fixed:.2f}",
+        ),
         (f"Reasoner-only forward, batch 4 x {args.ar_len} (ms)", f"{ours_ms:.1f}"),
         ("  transformers Qwen3ForCausalLM, same dims (ms)", f"{hf_ms:.1f}"),
         (

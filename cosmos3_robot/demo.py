@@ -174,6 +174,8 @@ def main(argv: list[str]) -> int:
             "--repo-id", "local/demo", "--root", str(data_root), "--out", str(vae_dir), "--preset", "sim-small",
             "--size", str(args.image_size), "--steps", str(int(300 * args.vae_minutes)), "--max-minutes", str(args.vae_minutes),
             "--eval-every", "100", "--holdout-episodes", "2",
+            # every step on 5-frame clips: at this budget 25.7 dB held-out instead of 23.2 with 30 %
+            "--video-fraction", "1.0",
         ])  # fmt: skip
     timings["vae_s"] = time.perf_counter() - t
 
