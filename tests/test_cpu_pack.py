@@ -51,6 +51,8 @@ def test_packed_model_matches_eager_model_fp32_and_bf16():
     torch.testing.assert_close(rp.logits, r.logits, rtol=1e-4, atol=1e-5)
     attns = [tower.self_attn for layer in packed.layers for tower in (layer.ar, layer.dm)]
     assert all(a.packed_qkv._key is not None for a in attns)  # both towers ran one q/k/v product
+    mlps = [tower.mlp for layer in packed.layers for tower in (layer.ar, layer.dm)]
+    assert all(mlp.packed_gate_up._key is not None for mlp in mlps)  # and one gate/up product
     for k in v:
         torch.testing.assert_close(vp[k], v[k], rtol=1e-4, atol=1e-5)
     # bf16: packed against the same bf16 model eager, at bf16 tolerance
@@ -132,3 +134,21 @@ def test_weights_made_under_inference_mode_run_unpacked():
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
         assert attn.packed_qkv(x, (attn.q_proj, attn.k_proj, attn.v_proj)) is None and lin._cache._key is None
         torch.testing.assert_close(attn._project(x)[2], F.linear(x, attn.v_proj.weight, attn.v_proj.bias))
+
+
+def test_packed_gate_up_equals_the_qwen3_mlp_formula():
+    from cosmos3_robot.model.layers import GatedMLP
+
+    torch.manual_seed(0)
+    mlp = GatedMLP(32, 80)
+    x = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        want = F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
+        pack_for_cpu(mlp)
+        torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
+        assert mlp.packed_gate_up._key is not None  # the packed product ran
+        mlp.up_proj.weight.mul_(0.5)  # an in-place change repacks
+        want = F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
+        torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
+    unpack(mlp)
+    assert "packed_gate_up" not in mlp.__dict__ and mlp.packed_gate_up is None

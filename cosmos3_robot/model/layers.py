@@ -7,10 +7,14 @@ Axis glossary:  B batch · L tokens · C channels (hidden width) · E embodiment
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .cpu_pack import PackedConcat
 
 
 class RMSNorm(nn.Module):
@@ -34,6 +38,10 @@ class RMSNorm(nn.Module):
 class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)) — the Qwen3 MLP."""
 
+    # `cpu_pack.pack_for_cpu` sets `packed_gate_up`: gate and up run as one packed product.
+    PACKED_CONCATS: ClassVar[tuple[str, ...]] = ("packed_gate_up",)
+    packed_gate_up: ClassVar[PackedConcat | None] = None
+
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
@@ -41,7 +49,11 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        y = None if self.packed_gate_up is None else self.packed_gate_up(x, (self.gate_proj, self.up_proj))
+        if y is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = y.chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 def sinusoidal_embedding(t: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:
