@@ -142,13 +142,18 @@ def test_packed_gate_up_equals_the_qwen3_mlp_formula():
     torch.manual_seed(0)
     mlp = GatedMLP(32, 80)
     x = torch.randn(2, 7, 32)
+
+    def qwen3_mlp(x):
+        gate, up = F.linear(x, mlp.gate_proj.weight), F.linear(x, mlp.up_proj.weight)
+        return F.linear(F.silu(gate) * up, mlp.down_proj.weight)
+
     with torch.no_grad():
-        want = F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
+        want = qwen3_mlp(x)
         pack_for_cpu(mlp)
         torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
         assert mlp.packed_gate_up._key is not None  # the packed product ran
         mlp.up_proj.weight.mul_(0.5)  # an in-place change repacks
-        want = F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
+        want = qwen3_mlp(x)
         torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
     unpack(mlp)
     assert "packed_gate_up" not in mlp.__dict__ and mlp.packed_gate_up is None
