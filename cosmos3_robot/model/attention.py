@@ -20,17 +20,15 @@ mask only when some sample is padded; it is never an L×L mask.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cpu_pack import PackedConcat, run_linears
 from .layers import RMSNorm
 from .rope import rotate_heads
-
-if TYPE_CHECKING:
-    from .cpu_pack import PackedConcat
 
 
 class TowerAttention(nn.Module):
@@ -77,12 +75,7 @@ class TowerAttention(nn.Module):
 
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, L, C) -> q (B, L, H·D), k and v (B, L, G·D): one packed product when available."""
-        linears = (self.q_proj, self.k_proj, self.v_proj)
-        y = self.packed_qkv(x, linears) if self.packed_qkv is not None else None
-        if y is None:
-            return tuple(lin(x) for lin in linears)
-        kv = self.num_kv_heads * self.head_dim
-        return y.split([self.num_heads * self.head_dim, kv, kv], dim=-1)
+        return run_linears(self.packed_qkv, x, (self.q_proj, self.k_proj, self.v_proj))
 
     def output(self, o: Tensor) -> Tensor:
         """o (B, H, L, D) -> (B, L, C)."""

@@ -94,6 +94,15 @@ class PackedConcat:
         self.__init__()
 
 
+def run_linears(concat: PackedConcat | None, x: Tensor, linears: tuple[nn.Linear, ...]) -> tuple[Tensor, ...]:
+    """(l_1(x), l_2(x), ...) for Linears that read the same input: one packed product through the
+    module's `concat` where it applies, else the Linears one by one (concat None: not packed)."""
+    y = None if concat is None else concat(x, linears)
+    if y is None:
+        return tuple(lin(x) for lin in linears)
+    return y.split([lin.out_features for lin in linears], dim=-1)
+
+
 class PackedLinear(nn.Linear):
     """An `nn.Linear` (same parameters, same state_dict) whose CPU inference uses a packed weight:
     a `PackedConcat` of itself alone."""

@@ -7,14 +7,13 @@ Axis glossary:  B batch · L tokens · C channels (hidden width) · E embodiment
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from .cpu_pack import PackedConcat
+from .cpu_pack import PackedConcat, run_linears
 
 
 class RMSNorm(nn.Module):
@@ -49,10 +48,7 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = None if self.packed_gate_up is None else self.packed_gate_up(x, (self.gate_proj, self.up_proj))
-        if y is None:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = y.chunk(2, dim=-1)
+        gate, up = run_linears(self.packed_gate_up, x, (self.gate_proj, self.up_proj))
         return self.down_proj(F.silu(gate) * up)
 
 
