@@ -16,7 +16,8 @@ Figures (JSON + a printed table):
   fixed_cost_batch1         the same step and pass at batch 1 with every layer 16 wide: the per-call
                             costs that do not shrink with the arithmetic
   reason_only_ms            a Reasoner-only forward (logits) of our model, as a WorldModel runs it
-                            (packed CPU weights; `*_unpacked` beside it, `--no-pack` for everything)
+                            (packed CPU weights and fused kernels; `*_unpacked` beside it without either,
+                            `--no-pack` for everything)
   reason_only_vs_hf_ratio   ours / a transformers Qwen3ForCausalLM of identical dims, same inputs and threads
   train_step_gflops, mfu    a Generator-stage training step (forward + backward), achieved / measured peak
 """
@@ -47,6 +48,7 @@ from cosmos3_robot.flow import (  # noqa: E402
 )
 from cosmos3_robot.model import GenInput, MoT, count_parameters, preset, series_stream, video_stream  # noqa: E402
 from cosmos3_robot.model.config import TowerConfig  # noqa: E402
+from cosmos3_robot.model.cpu_kernels import available as kernels_available  # noqa: E402
 from cosmos3_robot.model.cpu_pack import available as packing_available  # noqa: E402
 from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.tasks.sampling import Prompt, sample  # noqa: E402
@@ -160,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         help="timed repetitions of the inference comparisons, alternated (fastest is the headline, "
         "median beside it); on a shared machine more repetitions find more undisturbed runs",
     )
-    p.add_argument("--no-pack", action="store_true", help="time inference without packed CPU weights")
+    p.add_argument(
+        "--no-pack", action="store_true", help="time inference without packed CPU weights and fused kernels"
+    )
     p.add_argument("--train-reps", type=int, default=8, help="timed repetitions of the training step")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--train-batch", type=int, default=32, help="clips per training step (MFU measurement)")
@@ -186,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = preset(args.preset)
     eager = MoT(cfg).eval()
-    # The inference path a WorldModel uses: Linear weights packed once for the CPU (`cpu_pack`).
+    # The inference path a WorldModel uses: Linear weights packed once for the CPU and the fused
+    # RMSNorm / QK-norm + rotation kernels (`cpu_pack`, `cpu_kernels`).
     model = eager if args.no_pack else pack_for_cpu(copy.deepcopy(eager))
     res["packed_linears"] = not args.no_pack and packing_available()
+    res["fused_cpu_kernels"] = not args.no_pack and kernels_available()
     res["params"] = count_parameters(model)
 
     # --- KV reuse: AR segment 4x the DM segment --------------------------------------------------
@@ -385,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         (f"Reasoner-only forward, batch 4 x {args.ar_len} (ms)", f"{ours_ms:.1f}"),
         ("  transformers Qwen3ForCausalLM, same dims (ms)", f"{hf_ms:.1f}"),
         (
-            "  ours without packed weights (ms) / ratio",
+            "  ours without packing / fused kernels (ms) / ratio",
             f"{eager_ms:.1f} / {res['reason_only_unpacked_vs_hf_ratio']:.2f}",
         ),
         (

@@ -14,6 +14,9 @@ The packed copy follows its weights: when a weight changes in place (an optimise
 `load_state_dict`), its version counter moves and the next call repacks. Anything the packed kernel
 does not cover goes through `F.linear` unchanged: autograd, other devices, other dtypes, and weights
 created under `torch.inference_mode` (they have no version counter, so a stale copy could not be told).
+
+`pack_for_cpu` also turns on the fused RMSNorm and QK-norm + rotation kernels of `cpu_kernels`, the
+other per-call cost that weighs on a thin denoising step.
 """
 
 from __future__ import annotations
@@ -121,9 +124,13 @@ def pack_for_cpu(model: nn.Module) -> nn.Module:
 
     A module class may declare `PACKED_CONCATS = (attribute, ...)`: each attribute is set to an empty
     `PackedConcat` that the module calls with Linears reading one input. The modules keep their
-    Parameter objects (tied weights stay tied, an optimiser keeps working). A no-op where PyTorch has
-    no oneDNN.
+    Parameter objects (tied weights stay tied, an optimiser keeps working). Linears stay as they are
+    where PyTorch has no oneDNN. Modules with a `fused_cpu_kernels` flag (RMSNorm, attention) have it
+    set: their small float32 inference inputs then go through `cpu_kernels`.
     """
+    for module in model.modules():
+        if hasattr(type(module), "fused_cpu_kernels"):
+            module.fused_cpu_kernels = True
     if not available():
         return model
     for module in model.modules():
@@ -135,8 +142,9 @@ def pack_for_cpu(model: nn.Module) -> nn.Module:
 
 
 def unpack(model: nn.Module) -> nn.Module:
-    """Undo `pack_for_cpu` (drops the packed copies)."""
+    """Undo `pack_for_cpu` (drops the packed copies, turns the fused kernels off)."""
     for module in model.modules():
+        module.__dict__.pop("fused_cpu_kernels", None)
         if type(module) is PackedLinear:
             module.__dict__.pop("_cache", None)
             module.__class__ = nn.Linear

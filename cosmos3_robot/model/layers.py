@@ -13,11 +13,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import cpu_kernels
 from .cpu_pack import PackedConcat, run_linears
 
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm, computed in float32 (as Qwen3 and Cosmos 3 do)."""
+
+    # `cpu_pack.pack_for_cpu` sets `fused_cpu_kernels`: small float32 inputs go through `cpu_kernels`.
+    fused_cpu_kernels: ClassVar[bool] = False
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -25,6 +29,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.fused_cpu_kernels and (y := cpu_kernels.rms_norm(x, self.weight, self.eps)) is not None:
+            return y
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             # One fused kernel instead of seven; equal to Qwen3RMSNorm (tests/test_model_core.py).
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
