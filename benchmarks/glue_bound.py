@@ -1,15 +1,18 @@
-"""How much of batch 1's KV-reuse speedup the small element-wise kernels cost: an upper bound.
+"""How much of batch 1's KV-reuse speedup the small element-wise kernels cost, and what fusing them gave.
 
     python benchmarks/glue_bound.py --out benchmarks/results/glue_bound.json
 
 `speed.py` times a request with the Reasoner's K/V reused against the same request recomputed every
 step. At batch 1 a Generator step multiplies 64-row matrices, and the kernels that are not matrix
 products (RMSNorm, the rotary embedding) cost nearly as much per call there as in a 256-row
-Reasoner pass. Fusing them is the obvious lever. This script bounds what any fusion could give: it
-times the same two requests with every RMSNorm and every rotation replaced by the identity, i.e. as
-if those kernels cost nothing. The outputs of that mode are wrong; only its timings mean anything.
+Reasoner pass. Fusing them is the obvious lever. This script times the same two requests three ways:
 
-Both modes run in one process, alternated request by request, after the same large allocations as
+  pytorch    RMSNorm, QK-norm and the rotation as PyTorch ops (`cpu_kernels` off)
+  fused      as shipped: `cpu_pack.pack_for_cpu` with the fused `cpu_kernels`
+  free_glue  every RMSNorm and every rotation replaced by the identity, as if they cost nothing: the
+             bound no fusion can pass. Its outputs are wrong; only its timings mean anything.
+
+All modes run in one process, alternated request by request, after the same large allocations as
 `speed.py` (so glibc's allocator is in the same state). Times are the fastest of --reps runs, with
 medians beside them.
 """
@@ -33,25 +36,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import make_request, matmul_peak  # noqa: E402
 
 from cosmos3_robot.flow import EulerSampler  # noqa: E402
-from cosmos3_robot.model import MoT, preset  # noqa: E402
+from cosmos3_robot.model import (  # noqa: E402
+    MoT,
+    cpu_kernels,  # noqa: E402
+    preset,
+)
 from cosmos3_robot.model import attention as attention_module  # noqa: E402
 from cosmos3_robot.model import layers as layers_module  # noqa: E402
 from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.tasks.sampling import sample  # noqa: E402
 
-MODES = ("exact", "free_glue")
+MODES = ("pytorch", "fused", "free_glue")
 
 
 @contextlib.contextmanager
 def free_glue() -> Iterator[None]:
     """RMSNorm and the rotary embedding become the identity while the block runs (wrong outputs)."""
     norm, rotate = layers_module.RMSNorm.forward, attention_module.rotate_heads
+    fused = attention_module.TowerAttention._fused_qk
     layers_module.RMSNorm.forward = lambda self, x: x
     attention_module.rotate_heads = lambda x, cos, sin: x
+    attention_module.TowerAttention._fused_qk = lambda self, q, k, rope: None
     try:
         yield
     finally:
         layers_module.RMSNorm.forward, attention_module.rotate_heads = norm, rotate
+        attention_module.TowerAttention._fused_qk = fused
+
+
+def set_fused(model: torch.nn.Module, on: bool) -> None:
+    for m in model.modules():
+        if hasattr(type(m), "fused_cpu_kernels"):
+            m.fused_cpu_kernels = on
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         for rep in range(args.reps + 1):  # the first round warms up and is not kept
             for mode in MODES:
+                set_fused(model, mode != "pytorch")
                 with free_glue() if mode == "free_glue" else contextlib.nullcontext():
                     for reuse in (True, False):
                         t0 = time.perf_counter()
@@ -90,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                         if rep:
                             times[(mode, reuse)].append((time.perf_counter() - t0) * 1e3)
 
-    res: dict = {"preset": args.preset, "batch": args.batch, "steps": args.steps, "ar_tokens": args.ar_len,
+    res: dict = {"fused_cpu_kernels": cpu_kernels.available(), "preset": args.preset, "batch": args.batch, "steps": args.steps, "ar_tokens": args.ar_len,
                  "threads": torch.get_num_threads(), "reps": args.reps}  # fmt: skip
     print(f"{'mode':<10} {'cached ms':>10} {'uncached ms':>12} {'speedup':>8} {'median':>8}")
     for mode in MODES:
