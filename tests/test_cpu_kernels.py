@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import pytest
 import torch
@@ -37,7 +38,7 @@ def rope_reference(u: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
         lambda: torch.randn(64, 256),
         lambda: torch.randn(2, 5, 33),  # a width that is no multiple of the vector length
         lambda: torch.randn(3, 7, 96)[..., 8:48],  # a column slice: rows 96 apart
-        lambda: torch.randn(4, 1, 16)[:, :, :],
+        lambda: torch.randn(4, 1, 2, 32)[..., :16],  # a size-1 dim among strided rows
         lambda: torch.randn(1, 1, 8),
     ],
 )
@@ -52,16 +53,22 @@ def test_rms_norm_kernel_equals_the_formula(make):
 
 
 @needs_kernels
-@pytest.mark.parametrize("rope_batch", [2, 1])
-def test_qk_norm_rope_kernel_equals_norm_then_rotation(rope_batch):
+@pytest.mark.parametrize(
+    ("seq", "rope_batch", "expanded"),
+    [(5, 2, False), (5, 1, False), (1, 2, False), (5, 2, True)],
+    ids=["per-sample-rope", "shared-rope", "one-token", "expanded-rope"],
+)
+def test_qk_norm_rope_kernel_equals_norm_then_rotation(seq, rope_batch, expanded):
     torch.manual_seed(0)
-    b, seq, heads, d = 2, 5, 3, 16
+    b, heads, d = 2, 3, 16
     proj = torch.randn(b, seq, (heads + 2) * d)  # packed q|k|v output; q is a strided view of it
     q = proj[..., : heads * d].unflatten(-1, (heads, d))
     w = torch.rand(d) + 0.5
-    angles = torch.rand(rope_batch, seq, d // 2) * 20
+    angles = torch.rand(rope_batch if not expanded else 1, seq, d // 2) * 20
     full = torch.cat([angles, angles], dim=-1)
     cos, signed_sin = rotation_table(full.cos(), full.sin())
+    if expanded:  # one table broadcast to every sample: batch stride 0
+        cos, signed_sin = cos.expand(b, -1, -1, -1), signed_sin.expand(b, -1, -1, -1)
     y = cpu_kernels.qk_norm_rope(q, w, 1e-6, cos, signed_sin)
     assert y is not None and y.shape == q.shape and y.is_contiguous()
     expected = rope_reference(rms_reference(q, w, 1e-6), angles.expand(b, seq, d // 2))
@@ -69,6 +76,8 @@ def test_qk_norm_rope_kernel_equals_norm_then_rotation(rope_batch):
 
 
 @needs_kernels
+# importing forward AD's decompositions warns inside torch
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_kernels_decline_what_they_do_not_cover():
     w = torch.rand(16)
     x = torch.randn(4, 16)
@@ -89,6 +98,9 @@ def test_kernels_decline_what_they_do_not_cover():
     assert cpu_kernels.qk_norm_rope(q.transpose(1, 2), w, 1e-6, cos, sin) is None  # heads not D apart
     assert cpu_kernels.qk_norm_rope(q, w, 1e-6, cos[:, :2], sin[:, :2]) is None  # rope for other positions
     assert cpu_kernels.qk_norm_rope(q, w, 1e-6, cos.double(), sin.double()) is None
+    with torch.autograd.forward_ad.dual_level():  # a forward-mode tangent would be dropped
+        dual = torch.autograd.forward_ad.make_dual(x, torch.ones_like(x))
+        assert cpu_kernels.rms_norm(dual, w, 1e-6) is None
 
 
 def _count_kernel_calls(monkeypatch) -> dict[str, int]:
@@ -156,7 +168,9 @@ def test_without_a_compiler_the_kernels_are_off_with_a_warning(monkeypatch, tmp_
     monkeypatch.setattr(cpu_kernels, "_state", {})
     monkeypatch.setenv("COSMOS3_ROBOT_CPU_KERNELS", "0")  # switched off on purpose: no warning
     monkeypatch.delenv("CC")
-    assert not cpu_kernels.available()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not cpu_kernels.available()
 
 
 @pytest.mark.skipif(not cpu_kernels.available(), reason="no C compiler")

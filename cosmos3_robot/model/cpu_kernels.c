@@ -9,8 +9,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-/* One binary for any x86-64 CPU: the loader picks the widest vector ISA the CPU has. */
+#if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__) && !defined(__clang__)
+/* One binary for any x86-64 CPU: the loader picks the widest vector ISA the CPU has (an ELF ifunc). */
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CLONES

@@ -5,11 +5,12 @@ layer's QK-norm + rotation about fifteen, each costing nearly as much as at 256 
 take a tenth of a step. `cpu_kernels.c` does the same float32 arithmetic in one pass per call.
 
 The C source ships with the package and is compiled with the system C compiler (`$CC`, else `cc`)
-the first time a kernel is needed, into a cache folder keyed by the source, the compiler and its
-flags (`$COSMOS3_ROBOT_CACHE`, else `$XDG_CACHE_HOME/cosmos3_robot`, else `~/.cache/cosmos3_robot`);
-it takes well under a second and nothing is downloaded. One binary serves every x86-64 CPU (GCC
-picks the vector width when it loads). Without a compiler, or with `COSMOS3_ROBOT_CPU_KERNELS=0`, every
-call returns None and the callers run their PyTorch ops: same results, slower at small batch.
+the first time a kernel is needed, into a cache folder keyed by the source, the compiler, its target
+machine and the flags (`$COSMOS3_ROBOT_CACHE`, else `$XDG_CACHE_HOME/cosmos3_robot`, else
+`~/.cache/cosmos3_robot`); it takes well under a second and nothing is downloaded. One binary serves
+every x86-64 CPU (GCC picks the vector width when it loads). Without a compiler, or with
+`COSMOS3_ROBOT_CPU_KERNELS=0`, every call returns None and the callers run their PyTorch ops: same
+results, slower at small batch.
 
 Like `cpu_pack`, this is applied from outside: `cpu_pack.pack_for_cpu` turns it on per module. A
 kernel applies only where it is exact and worth it: float32 CPU tensors, no autograd graph to record,
@@ -21,6 +22,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +32,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 from torch import Tensor
 
 MAX_ELEMENTS = 1 << 18  # single-threaded kernels: beyond a megabyte, PyTorch's threads are faster
@@ -52,13 +56,16 @@ def _cache_dir() -> Path:
 
 
 def _build() -> Path:
-    """Compile the kernels (once per source, compiler and flags) and return the library's path."""
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        raise OSError(f"no C compiler {cc!r} on PATH (install gcc, or point $CC at one)")
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + version.encode() + " ".join(_FLAGS).encode()).hexdigest()[:16]
+    """Compile the kernels (once per source, compiler, target and flags) and return the library's path."""
+    cc = shlex.split(os.environ.get("CC", "cc"))
+    if not cc or shutil.which(cc[0]) is None:
+        raise OSError(f"no C compiler {' '.join(cc)!r} on PATH (install gcc, or point $CC at one)")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cc, *args], capture_output=True, timeout=120)
+
+    identity = run("--version").stdout + run("-dumpmachine").stdout + platform.machine().encode()
+    key = hashlib.sha256(_SOURCE.read_bytes() + identity + " ".join(_FLAGS).encode()).hexdigest()[:16]
     out = _cache_dir() / "cpu_kernels" / f"cpu_kernels-{key}.so"
     if out.exists():
         return out
@@ -67,9 +74,11 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *_FLAGS, str(_SOURCE), "-o", tmp], capture_output=True, text=True)
+        done = run(*_FLAGS, str(_SOURCE), "-o", tmp)
         if done.returncode != 0:
-            raise OSError(f"{cc} failed to compile {_SOURCE.name}:\n{done.stderr.strip()}")
+            raise OSError(
+                f"{cc[0]} failed to compile {_SOURCE.name}:\n{done.stderr.decode(errors='replace').strip()}"
+            )
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -88,7 +97,7 @@ def _library() -> ctypes.CDLL | None:
                     lib = ctypes.CDLL(str(_build()))
                     for name, argtypes in _SIGNATURES.items():
                         getattr(lib, name).argtypes = argtypes
-                except (OSError, subprocess.SubprocessError) as e:
+                except Exception as e:  # any failure only turns the kernels off: the model runs without them
                     warnings.warn(
                         f"fused CPU kernels are off, RMSNorm and RoPE run as PyTorch ops (slower at small "
                         f"batch): {e}",
@@ -105,8 +114,13 @@ def available() -> bool:
 
 
 def _applies(x: Tensor, weight: Tensor) -> bool:
-    """float32 CPU tensors, small enough, with no autograd graph to record (kept cheap: called per layer)."""
+    """Plain float32 CPU tensors, small enough, with no autograd graph or forward-mode tangent to
+    record (kept cheap: called per layer). Subclasses and vmap/functorch wrappers have no plain data."""
     f32 = torch.float32
+    if type(x) is not torch.Tensor or x.layout is not torch.strided or weight.layout is not torch.strided:
+        return False
+    if forward_ad._current_level >= 0 or torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return False
     if not (
         x.is_cpu
         and weight.is_cpu
@@ -152,6 +166,8 @@ def qk_norm_rope(x: Tensor, weight: Tensor, eps: float, cos: Tensor, signed_sin:
     x (B, L, N, D) with each head contiguous (a view of a projection's output); weight (D,);
     cos, signed_sin (B or 1, L, 1, D) from `rope.rotation_table`. Returns (B, L, N, D) contiguous."""
     if x.ndim != 4 or cos.ndim != 4 or not _applies(x, weight):
+        return None
+    if type(cos) is not torch.Tensor or type(signed_sin) is not torch.Tensor:
         return None
     if not (
         cos.is_cpu and signed_sin.is_cpu and cos.dtype is torch.float32 and signed_sin.dtype is torch.float32
