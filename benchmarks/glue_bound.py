@@ -36,14 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import make_request, matmul_peak  # noqa: E402
 
 from cosmos3_robot.flow import EulerSampler  # noqa: E402
-from cosmos3_robot.model import (  # noqa: E402
-    MoT,
-    cpu_kernels,  # noqa: E402
-    preset,
-)
+from cosmos3_robot.model import MoT, cpu_kernels, preset  # noqa: E402
 from cosmos3_robot.model import attention as attention_module  # noqa: E402
 from cosmos3_robot.model import layers as layers_module  # noqa: E402
-from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
+from cosmos3_robot.model.cpu_pack import pack_for_cpu, set_fused_kernels  # noqa: E402
 from cosmos3_robot.tasks.sampling import sample  # noqa: E402
 
 MODES = ("pytorch", "fused", "free_glue")
@@ -62,12 +58,6 @@ def free_glue() -> Iterator[None]:
     finally:
         layers_module.RMSNorm.forward, attention_module.rotate_heads = norm, rotate
         attention_module.TowerAttention._fused_qk = fused
-
-
-def set_fused(model: torch.nn.Module, on: bool) -> None:
-    for m in model.modules():
-        if hasattr(type(m), "fused_cpu_kernels"):
-            m.fused_cpu_kernels = on
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         for rep in range(args.reps + 1):  # the first round warms up and is not kept
             for mode in MODES:
-                set_fused(model, mode != "pytorch")
+                set_fused_kernels(model, mode != "pytorch")
                 with free_glue() if mode == "free_glue" else contextlib.nullcontext():
                     for reuse in (True, False):
                         t0 = time.perf_counter()
@@ -107,8 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                         if rep:
                             times[(mode, reuse)].append((time.perf_counter() - t0) * 1e3)
 
-    res: dict = {"fused_cpu_kernels": cpu_kernels.available(), "preset": args.preset, "batch": args.batch, "steps": args.steps, "ar_tokens": args.ar_len,
-                 "threads": torch.get_num_threads(), "reps": args.reps}  # fmt: skip
+    res: dict = {
+        "fused_cpu_kernels": cpu_kernels.available(),
+        "preset": args.preset,
+        "batch": args.batch,
+        "steps": args.steps,
+        "ar_tokens": args.ar_len,
+        "threads": torch.get_num_threads(),
+        "reps": args.reps,
+    }
     print(f"{'mode':<10} {'cached ms':>10} {'uncached ms':>12} {'speedup':>8} {'median':>8}")
     for mode in MODES:
         cached, uncached = times[(mode, True)], times[(mode, False)]

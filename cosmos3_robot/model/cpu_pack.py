@@ -128,9 +128,7 @@ def pack_for_cpu(model: nn.Module) -> nn.Module:
     where PyTorch has no oneDNN. Modules with a `fused_cpu_kernels` flag (RMSNorm, attention) have it
     set: their small float32 inference inputs then go through `cpu_kernels`.
     """
-    for module in model.modules():
-        if hasattr(type(module), "fused_cpu_kernels"):
-            module.fused_cpu_kernels = True
+    set_fused_kernels(model, True)
     if not available():
         return model
     for module in model.modules():
@@ -138,6 +136,14 @@ def pack_for_cpu(model: nn.Module) -> nn.Module:
             module.__class__ = PackedLinear  # same attributes, new forward: nothing is copied
         for attr in getattr(type(module), "PACKED_CONCATS", ()):
             setattr(module, attr, PackedConcat())
+    return model
+
+
+def set_fused_kernels(model: nn.Module, on: bool) -> nn.Module:
+    """Turn the `cpu_kernels` path of every module with a `fused_cpu_kernels` flag on or off; returns `model`."""
+    for module in model.modules():
+        if hasattr(type(module), "fused_cpu_kernels"):
+            module.fused_cpu_kernels = on
     return model
 
 
