@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # No wheel cache, and torch in a step of its own: its wheels are gone before the rest arrive, so the
 # install peaks near its final size instead of wheels + cache + venv at once.
 PIP := PIP_NO_CACHE_DIR=1 $(PY) -m pip
-MIN_FREE_GIB ?= 8
+MIN_FREE_GIB ?= 7
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
 export MUJOCO_GL ?= egl
