@@ -21,16 +21,16 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python 3.12 not found; run 'make PYTHON=/path/to/python3.12 ...'" >&2; exit 1; fi
-	@command -v ffmpeg >/dev/null 2>&1 || { if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null && apt-get clean) || echo "warning: could not install ffmpeg; video decoding falls back to pyav"; \
-	  else echo "warning: ffmpeg not found and apt-get unavailable; video decoding falls back to pyav"; fi; }
 	@free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
 	  if [ ! -d $(VENV)/lib/python3.12/site-packages/torch ] && [ "$$free" -lt $(MIN_FREE_GIB) ]; then \
 	    echo "error: installing needs about $(MIN_FREE_GIB) GiB of free disk here (PyPI's torch brings ~3 GB of CUDA wheels, 6.3 GB installed);" \
 	         "$$free GiB free. Free some space (old clones' .venv folders are 6.3 GB each) and run again." >&2; exit 1; fi
+	@command -v ffmpeg >/dev/null 2>&1 || { if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null && apt-get clean) || echo "warning: could not install ffmpeg; video decoding falls back to pyav"; \
+	  else echo "warning: ffmpeg not found and apt-get unavailable; video decoding falls back to pyav"; fi; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
+	$(PIP) install -q $$(grep -o '"torch[=<>~!][^"]*"' pyproject.toml | tr -d '"')
 	$(PIP) install -q -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
