@@ -36,28 +36,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import make_request, matmul_peak  # noqa: E402
 
 from cosmos3_robot.flow import EulerSampler  # noqa: E402
-from cosmos3_robot.model import MoT, cpu_kernels, preset  # noqa: E402
-from cosmos3_robot.model import attention as attention_module  # noqa: E402
-from cosmos3_robot.model import layers as layers_module  # noqa: E402
-from cosmos3_robot.model.cpu_pack import pack_for_cpu, set_fused_kernels  # noqa: E402
+from cosmos3_robot.infra import cpu_kernels  # noqa: E402
+from cosmos3_robot.infra.cpu_pack import CPUTowerAttention, pack_for_cpu, set_fused_kernels  # noqa: E402
+from cosmos3_robot.model import MoT, preset  # noqa: E402
+from cosmos3_robot.model.layers import RMSNorm  # noqa: E402
 from cosmos3_robot.tasks.sampling import sample  # noqa: E402
 
 MODES = ("pytorch", "fused", "free_glue")
 
 
+class FreeNorm(RMSNorm):
+    """An RMSNorm that costs nothing and does nothing (wrong outputs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class FreeGlueAttention(CPUTowerAttention):
+    """Packed q/k/v with QK-norm and the rotation skipped (wrong outputs)."""
+
+    def norm_and_rotate(self, q, k, rope, extra_key_norm=None):
+        return q, k, None
+
+
 @contextlib.contextmanager
-def free_glue() -> Iterator[None]:
-    """RMSNorm and the rotary embedding become the identity while the block runs (wrong outputs)."""
-    norm, rotate = layers_module.RMSNorm.forward, attention_module.rotate_heads
-    fused = attention_module.TowerAttention._fused_qk
-    layers_module.RMSNorm.forward = lambda self, x: x
-    attention_module.rotate_heads = lambda x, cos, sin: x
-    attention_module.TowerAttention._fused_qk = lambda self, q, k, rope: None
+def free_glue(model: torch.nn.Module) -> Iterator[None]:
+    """Every RMSNorm and every QK-norm + rotation of `model` becomes the identity while the block
+    runs: modules swapped from outside, as `cpu_pack` swaps them, and swapped back after."""
+    swapped = []
+    for module in model.modules():
+        for plain, free in ((CPUTowerAttention, FreeGlueAttention), (RMSNorm, FreeNorm)):
+            if isinstance(module, plain):
+                swapped.append((module, module.__class__))
+                module.__class__ = free
+                break
     try:
         yield
     finally:
-        layers_module.RMSNorm.forward, attention_module.rotate_heads = norm, rotate
-        attention_module.TowerAttention._fused_qk = fused
+        for module, cls in swapped:
+            module.__class__ = cls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps + 1):  # the first round warms up and is not kept
             for mode in MODES:
                 set_fused_kernels(model, mode != "pytorch")
-                with free_glue() if mode == "free_glue" else contextlib.nullcontext():
+                with free_glue(model) if mode == "free_glue" else contextlib.nullcontext():
                     for reuse in (True, False):
                         t0 = time.perf_counter()
                         run(reuse)

@@ -46,11 +46,11 @@ from cosmos3_robot.flow import (  # noqa: E402
     make_sigmas,
     velocity_target,
 )
+from cosmos3_robot.infra.cpu_kernels import available as kernels_available  # noqa: E402
+from cosmos3_robot.infra.cpu_pack import available as packing_available  # noqa: E402
+from cosmos3_robot.infra.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.model import GenInput, MoT, count_parameters, preset, series_stream, video_stream  # noqa: E402
 from cosmos3_robot.model.config import TowerConfig  # noqa: E402
-from cosmos3_robot.model.cpu_kernels import available as kernels_available  # noqa: E402
-from cosmos3_robot.model.cpu_pack import available as packing_available  # noqa: E402
-from cosmos3_robot.model.cpu_pack import pack_for_cpu  # noqa: E402
 from cosmos3_robot.tasks.sampling import Prompt, sample  # noqa: E402
 
 

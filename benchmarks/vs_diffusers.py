@@ -38,9 +38,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosmos3_robot.flow import make_sigmas  # noqa: E402
+from cosmos3_robot.interop.diffusers_io import config_to_diffusers, load_diffusers_cosmos3  # noqa: E402
+from cosmos3_robot.interop.diffusers_positions import cosmos3_gen_input, diffusers_request, diffusers_step  # noqa: E402
 from cosmos3_robot.model import ReasonerCache, preset, unpatchify  # noqa: E402
-from cosmos3_robot.model.diffusers_io import config_to_diffusers, load_diffusers_cosmos3  # noqa: E402
-from cosmos3_robot.model.diffusers_positions import cosmos3_gen_input, diffusers_request, diffusers_step  # noqa: E402
 
 MODES = {  # (clean latent frames, clean actions) of a 3-frame, 8-action request
     "forward_dynamics": ([0], list(range(8))),

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from cosmos3_robot.datasets.actions import (
+from cosmos3_robot.processors.actions import (
     ActionTransform,
     EmbodimentRegistry,
     action_normalizer,
     pad_actions,
     unpad_actions,
 )
-from cosmos3_robot.datasets.normalize import Normalizer
+from cosmos3_robot.processors.normalize import Normalizer
 
 
 def _actions(n: int = 500, d: int = 6, dtype=torch.float64) -> torch.Tensor:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from cosmos3_robot.model.audio import AudioEncoder, AudioEncoderConfig, mel_filterbank
+from cosmos3_robot.encoders.audio import AudioEncoder, AudioEncoderConfig, mel_filterbank
 
 
 def _tone(freq: float, seconds: float, sr: int = 16000) -> torch.Tensor:

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from cosmos3_robot.encoders.vit import ViT, vit_preset
+from cosmos3_robot.interop.checkpoint import load_model, save_model
 from cosmos3_robot.model import MoT, preset
-from cosmos3_robot.model.checkpoint import load_model, save_model
-from cosmos3_robot.model.vit import ViT, vit_preset
 from tests.test_model_core import make_gen, tiny_model
 
 
@@ -114,7 +114,7 @@ def test_dtype_on_load_and_errors(tmp_path):
 
 
 def test_vit_shapes_and_patchify():
-    from cosmos3_robot.model.vit import patchify
+    from cosmos3_robot.encoders.vit import patchify
 
     vit = tiny_vit()
     frames = torch.randn(1, 3, 16, 16)  # one image: 4x4 patches -> 4 tokens

@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cosmos3_robot.model import cpu_pack
-from cosmos3_robot.model.cpu_pack import PackedConcat, PackedLinear, pack_for_cpu, unpack
+from cosmos3_robot.infra import cpu_pack
+from cosmos3_robot.infra.cpu_pack import PackedConcat, PackedLinear, pack_for_cpu, unpack
+from cosmos3_robot.model.attention import TowerAttention
+from cosmos3_robot.model.layers import GatedMLP
 from tests.test_model_core import make_gen, tiny_model
 
 pytestmark = pytest.mark.skipif(not cpu_pack.available(), reason="PyTorch built without oneDNN")
@@ -50,9 +52,9 @@ def test_packed_model_matches_eager_model_fp32_and_bf16():
         vp = packed.denoise(rp.cache, gen)
     torch.testing.assert_close(rp.logits, r.logits, rtol=1e-4, atol=1e-5)
     attns = [tower.self_attn for layer in packed.layers for tower in (layer.ar, layer.dm)]
-    assert all(a.packed_qkv._key is not None for a in attns)  # both towers ran one q/k/v product
+    assert all(a.concat._key is not None for a in attns)  # both towers ran one q/k/v product
     mlps = [tower.mlp for layer in packed.layers for tower in (layer.ar, layer.dm)]
-    assert all(mlp.packed_gate_up._key is not None for mlp in mlps)  # and one gate/up product
+    assert all(mlp.concat._key is not None for mlp in mlps)  # and one gate/up product
     for k in v:
         torch.testing.assert_close(vp[k], v[k], rtol=1e-4, atol=1e-5)
     # bf16: packed against the same bf16 model eager, at bf16 tolerance
@@ -86,20 +88,20 @@ def _qkv(bias: bool) -> torch.nn.Module:
 def test_packed_qkv_is_one_product_equal_to_the_three_projections(bias):
     torch.manual_seed(0)
     attn = pack_for_cpu(_qkv(bias))
-    concat = attn.packed_qkv
+    concat = attn.concat
     assert isinstance(concat, PackedConcat)
     x = torch.randn(2, 5, 32)
     with torch.no_grad():
-        q, k, v = attn._project(x)
+        q, k, v = attn.project(x)
         assert concat._key is not None  # the packed product ran
         for got, lin in zip((q, k, v), (attn.q_proj, attn.k_proj, attn.v_proj), strict=True):
             torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-6)
         # an in-place change of one weight (optimiser step, load_state_dict) repacks the whole product
         attn.k_proj.weight.mul_(-2.0)
-        torch.testing.assert_close(attn._project(x)[1], F.linear(x, attn.k_proj.weight, attn.k_proj.bias))
+        torch.testing.assert_close(attn.project(x)[1], F.linear(x, attn.k_proj.weight, attn.k_proj.bias))
     # autograd: no packed product, the Linears run one by one and gradients reach every weight
     assert concat(x.requires_grad_(), (attn.q_proj, attn.k_proj, attn.v_proj)) is None
-    sum(t.square().sum() for t in attn._project(x)).backward()
+    sum(t.square().sum() for t in attn.project(x)).backward()
     assert all(lin.weight.grad.abs().sum() > 0 for lin in (attn.q_proj, attn.k_proj, attn.v_proj))
 
 
@@ -108,21 +110,21 @@ def test_packed_qkv_follows_copies_and_replaced_linears_and_unpack_removes_it():
     attn = pack_for_cpu(_qkv(bias=False))
     x = torch.randn(1, 3, 32)
     with torch.no_grad():
-        attn._project(x)
+        attn.project(x)
         clone = copy.deepcopy(attn)
-        assert clone.packed_qkv._key is None  # the packed cache is not copied
+        assert clone.concat._key is None  # the packed cache is not copied
         clone.q_proj.weight.zero_()
-        assert torch.equal(clone._project(x)[0], torch.zeros(1, 3, 32))  # it reads the copy's weights
-        assert attn._project(x)[0].abs().sum() > 0  # the original is untouched
+        assert torch.equal(clone.project(x)[0], torch.zeros(1, 3, 32))  # it reads the copy's weights
+        assert attn.project(x)[0].abs().sum() > 0  # the original is untouched
         attn.v_proj = torch.nn.Linear(32, 16, bias=True)  # a Linear swapped in after packing
-        torch.testing.assert_close(attn._project(x)[2], attn.v_proj(x), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(attn.project(x)[2], attn.v_proj(x), rtol=1e-5, atol=1e-6)
         attn.to(torch.bfloat16)  # new parameter tensors: the bf16 product is packed anew
         xb = x.bfloat16()
         torch.testing.assert_close(
-            attn._project(xb)[0], F.linear(xb, attn.q_proj.weight), rtol=1e-2, atol=1e-2
+            attn.project(xb)[0], F.linear(xb, attn.q_proj.weight), rtol=1e-2, atol=1e-2
         )
     unpack(attn)
-    assert "packed_qkv" not in attn.__dict__ and attn.packed_qkv is None
+    assert type(attn) is TowerAttention and "concat" not in attn.__dict__
 
 
 def test_weights_made_under_inference_mode_run_unpacked():
@@ -132,12 +134,11 @@ def test_weights_made_under_inference_mode_run_unpacked():
         lin = pack_for_cpu(torch.nn.Linear(32, 16))
         x = torch.randn(2, 32)
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias))
-        assert attn.packed_qkv(x, (attn.q_proj, attn.k_proj, attn.v_proj)) is None and lin._cache._key is None
-        torch.testing.assert_close(attn._project(x)[2], F.linear(x, attn.v_proj.weight, attn.v_proj.bias))
+        assert attn.concat(x, (attn.q_proj, attn.k_proj, attn.v_proj)) is None and lin._cache._key is None
+        torch.testing.assert_close(attn.project(x)[2], F.linear(x, attn.v_proj.weight, attn.v_proj.bias))
 
 
 def test_packed_gate_up_equals_the_qwen3_mlp_formula():
-    from cosmos3_robot.model.layers import GatedMLP
 
     torch.manual_seed(0)
     mlp = GatedMLP(32, 80)
@@ -151,9 +152,9 @@ def test_packed_gate_up_equals_the_qwen3_mlp_formula():
         want = qwen3_mlp(x)
         pack_for_cpu(mlp)
         torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
-        assert mlp.packed_gate_up._key is not None  # the packed product ran
+        assert mlp.concat._key is not None  # the packed product ran
         mlp.up_proj.weight.mul_(0.5)  # an in-place change repacks
         want = qwen3_mlp(x)
         torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
     unpack(mlp)
-    assert "packed_gate_up" not in mlp.__dict__ and mlp.packed_gate_up is None
+    assert type(mlp) is GatedMLP and "concat" not in mlp.__dict__

@@ -19,9 +19,8 @@ from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import get_3d_mrope_ids_va
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from cosmos3_robot.flow import EulerSampler, guided  # noqa: E402
-from cosmos3_robot.model import ReasonerCache, unpatchify  # noqa: E402
-from cosmos3_robot.model.checkpoint import load_model  # noqa: E402
-from cosmos3_robot.model.diffusers_io import (  # noqa: E402
+from cosmos3_robot.interop.checkpoint import load_model  # noqa: E402
+from cosmos3_robot.interop.diffusers_io import (  # noqa: E402
     WEIGHTS_NAME,
     config_from_diffusers,
     export_diffusers_cosmos3,
@@ -30,13 +29,14 @@ from cosmos3_robot.model.diffusers_io import (  # noqa: E402
     load_diffusers_cosmos3,
     tensor_mapping,
 )
-from cosmos3_robot.model.diffusers_positions import (  # noqa: E402
+from cosmos3_robot.interop.diffusers_positions import (  # noqa: E402
     cosmos3_gen_input,
     diffusers_request,
     diffusers_step,
     pipeline_sigma,
     sound_positions,
 )
+from cosmos3_robot.model import ReasonerCache, unpatchify  # noqa: E402
 
 # Two small configs: (A) actions + sound, MHA-ish 2:1 GQA, Qwen3 QK-norm everywhere;
 # (B) GQA 4:1, Cosmos 3 Edge key norm (no text QK-norm), biases, other margin/fps, no spatial reset.

@@ -17,7 +17,7 @@ from cosmos3_robot.policies.runners import (
     rollout,
 )
 from cosmos3_robot.policies.world_model import WorldModel
-from cosmos3_robot.training.train import build_data, compose
+from cosmos3_robot.scripts.train import build_data, compose
 from cosmos3_robot.training.trainer import Trainer, build_model
 from tests._data_fixtures import record_small
 

@@ -17,18 +17,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from cosmos3_robot.model import preset
-from cosmos3_robot.model.checkpoint import load_model
-from cosmos3_robot.model.multimodal import (
-    VisionTokenIds,
+from cosmos3_robot.encoders.vision_inputs import (
     build_reasoner_inputs,
     image_placeholder,
     token_types,
     video_placeholder,
 )
-from cosmos3_robot.model.qwen3vl import import_main, load_qwen3vl, model_config_from_hf, vit_config_from_hf
-from cosmos3_robot.model.text_generation import generate
-from cosmos3_robot.model.vit import patchify
+from cosmos3_robot.encoders.vit import patchify
+from cosmos3_robot.interop.checkpoint import load_model
+from cosmos3_robot.interop.qwen3vl import import_main, load_qwen3vl, model_config_from_hf, vit_config_from_hf
+from cosmos3_robot.model import preset
+from cosmos3_robot.processors.tokenizers import VisionTokenIds
+from cosmos3_robot.tasks.text_generation import generate
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""Tokenizers and scene questions/answers from simulator state (datasets/text.py)."""
+"""Tokenizers and scene questions/answers from simulator state (processors/tokenizers.py, datasets/text.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from cosmos3_robot.datasets.text import (
-    ByteTokenizer,
-    HFTokenizer,
-    caption,
-    direction,
-    load_tokenizer,
-    make_qa,
-    relative_answer,
-    scene_points,
-)
+from cosmos3_robot.datasets.text import caption, direction, make_qa, relative_answer, scene_points
 from cosmos3_robot.model import preset
+from cosmos3_robot.processors.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
 
 REACH_NAMES = ["goal_x", "goal_y", "distractor_x", "distractor_y", "fingertip_x", "fingertip_y"]
 

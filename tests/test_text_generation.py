@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cosmos3_robot.model import MoT, preset
-from cosmos3_robot.model.text_generation import SamplingConfig, filter_logits, generate, next_token
+from cosmos3_robot.tasks.text_generation import SamplingConfig, filter_logits, generate, next_token
 
 
 @pytest.fixture(scope="module")

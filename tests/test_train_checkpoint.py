@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from cosmos3_robot.model.checkpoint import load_model
+from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.training import checkpoint as ckpt
 from tests.test_trainer import make_trainer
 

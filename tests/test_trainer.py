@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
+from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT, preset
-from cosmos3_robot.model.checkpoint import load_model
+from cosmos3_robot.scripts.train import compose, main
 from cosmos3_robot.training.config import TrainConfig
-from cosmos3_robot.training.synthetic import SyntheticData
-from cosmos3_robot.training.train import compose, main
+from cosmos3_robot.training.data.synthetic import SyntheticData
 from cosmos3_robot.training.trainer import Trainer
 
 

@@ -9,10 +9,17 @@ from dataclasses import fields
 import pytest
 import torch
 
-from cosmos3_robot.datasets.text import ByteTokenizer, direction, scene_points
+from cosmos3_robot.datasets.text import direction, scene_points
 from cosmos3_robot.model import MoT, preset
+from cosmos3_robot.processors.tokenizers import ByteTokenizer
 from cosmos3_robot.tasks import ClipBatch
-from cosmos3_robot.training.data import IGNORE, DataConfig, TextBatch, make_generator_data, make_reasoner_data
+from cosmos3_robot.training.data import (
+    IGNORE,
+    DataConfig,
+    TextBatch,
+    make_generator_data,
+    make_reasoner_data,
+)
 from tests._data_fixtures import record_small, write_tiny_dataset
 
 FPS = 10
@@ -126,7 +133,7 @@ def test_deterministic_per_epoch_and_seed(gen, reach):
 
 def test_an_epoch_resumed_at_a_batch_gives_the_same_batches_from_there(gen, reach):
     """train_batches(epoch, start) is the epoch's tail: a resumed run sees what it would have seen."""
-    from cosmos3_robot.training.synthetic import SyntheticData
+    from cosmos3_robot.training.data.synthetic import SyntheticData
 
     txt = make_reasoner_data(DataConfig(root=str(reach), batch_size=2, val_fraction=0.34), preset("tiny"))
     syn = SyntheticData(preset("tiny"), "generator", 2, batches_per_epoch=3)
@@ -182,7 +189,7 @@ def test_action_free_clips_mix_in(reach, tmp_path):
 def test_generator_bad_inputs(reach, tmp_path):
     with pytest.raises(ValueError, match=r"dataset .*reach.*'nope'"):
         make_generator_data(gen_cfg(reach, action_key="nope"), preset("tiny"))
-    from cosmos3_robot.model.vae import VideoVAE, vae_config
+    from cosmos3_robot.encoders.vae import VideoVAE, vae_config
 
     VideoVAE(vae_config("tiny", latent_channels=4)).save_pretrained(tmp_path / "vae4")
     with pytest.raises(ValueError, match="latent channels"):
@@ -231,7 +238,7 @@ def test_reasoner_answers_match_recorded_state(reach):
 
 
 def test_reasoner_with_images_feeds_the_vit(reach):
-    from cosmos3_robot.model.vit import ViT, vit_preset
+    from cosmos3_robot.encoders.vit import ViT, vit_preset
 
     mc = preset("tiny")
     torch.manual_seed(0)

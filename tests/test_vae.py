@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from cosmos3_robot.model.vae import (
+from cosmos3_robot.encoders.vae import (
     WAN22_LATENTS_MEAN,
     VideoVAE,
     VideoVAEConfig,
@@ -194,7 +194,7 @@ def test_other_architecture_folder_raises(tmp_path) -> None:
 
 
 def test_latent_cache_identical_to_direct_encoding(tmp_path, tiny_vae: VideoVAE) -> None:
-    from cosmos3_robot.training.latent_cache import CachedEncoder, LatentCache
+    from cosmos3_robot.training.data.latent_cache import CachedEncoder, LatentCache
 
     gen = torch.Generator().manual_seed(1)
     episodes = [
@@ -264,7 +264,7 @@ def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     from cosmos3_robot.training import vae as train_vae
-    from cosmos3_robot.training.latent_cache import LatentCache
+    from cosmos3_robot.training.data.latent_cache import LatentCache
 
     features = {
         "observation.image": {

@@ -7,12 +7,12 @@
 Datasets never import the model. Recording lives in `cosmos3_robot.envs.record`.
 """
 
-from .clips import ClipDataset, ClipDatasetConfig, ClipReadError, ClipSpec, common_rate
-from .loader import make_dataloader, seed_worker
-from .normalize import Normalizer
-from .sources import hub_offline, open_lerobot_dataset, open_lerobot_metadata
-from .splits import EpisodeSplit, dataset_split, split_episodes
-from .video_folder import VideoFolderConfig, VideoFolderDataset
+from cosmos3_robot.datasets.clips import ClipDataset, ClipDatasetConfig, ClipReadError, ClipSpec, common_rate
+from cosmos3_robot.datasets.loader import make_dataloader, seed_worker
+from cosmos3_robot.datasets.sources import hub_offline, open_lerobot_dataset, open_lerobot_metadata
+from cosmos3_robot.datasets.splits import EpisodeSplit, dataset_split, split_episodes
+from cosmos3_robot.datasets.video_folder import VideoFolderConfig, VideoFolderDataset
+from cosmos3_robot.processors.normalize import Normalizer
 
 __all__ = [
     "ClipDataset",

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .normalize import Normalizer
-from .sources import open_lerobot_dataset, open_lerobot_metadata
+from cosmos3_robot.datasets.sources import open_lerobot_dataset, open_lerobot_metadata
+from cosmos3_robot.processors.normalize import Normalizer
 
 
 class ClipReadError(ValueError):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .clips import ClipReadError, ClipSpec
+from cosmos3_robot.datasets.clips import ClipReadError, ClipSpec
 
 
 @dataclass

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .base import PHYSICS_HZ, EnvConfig, MujocoTaskEnv
-from .experts import Expert, PushExpert, ReachExpert, make_expert
-from .push import PushEnv
-from .reach import ReachEnv
+from cosmos3_robot.envs.base import PHYSICS_HZ, EnvConfig, MujocoTaskEnv
+from cosmos3_robot.envs.experts import Expert, PushExpert, ReachExpert, make_expert
+from cosmos3_robot.envs.push import PushEnv
+from cosmos3_robot.envs.reach import ReachEnv
 
 NAMESPACE = "cosmos3_robot"
 # id -> (entry point, default episode steps at 10 Hz); gym.make(..., max_episode_steps=N) overrides

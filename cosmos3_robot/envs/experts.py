@@ -10,7 +10,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from . import push, reach
+from cosmos3_robot.envs import push, reach
 
 
 class Expert:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from .base import MujocoTaskEnv
+from cosmos3_robot.envs.base import MujocoTaskEnv
 
 CORNERS: dict[str, tuple[float, float]] = {
     "top left": (-0.2, 0.2),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from .base import MujocoTaskEnv
+from cosmos3_robot.envs.base import MujocoTaskEnv
 
 COLOURS: dict[str, tuple[float, float, float, float]] = {
     "red": (0.9, 0.1, 0.1, 1.0),

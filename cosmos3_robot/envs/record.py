@@ -202,7 +202,7 @@ def record_dataset(
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from tqdm import tqdm
 
-    from . import make_env, make_expert
+    from cosmos3_robot.envs import make_env, make_expert
 
     os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 (LeRobot's default codec): errors only
     if episodes < 1:
@@ -296,7 +296,7 @@ def record_dataset(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import ENV_IDS
+    from cosmos3_robot.envs import ENV_IDS
 
     p = argparse.ArgumentParser(
         prog="cosmos3-robot record",

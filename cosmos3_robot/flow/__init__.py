@@ -1,8 +1,8 @@
 """Flow matching: noise paths, training σ, samplers, loss. Independent of the model."""
 
-from .loss import flow_loss
-from .paths import SigmaSampler, add_noise, shift_sigma, velocity_target
-from .samplers import EulerSampler, HeunSampler, Sampler, guided, make_sampler, make_sigmas
+from cosmos3_robot.flow.loss import flow_loss
+from cosmos3_robot.flow.paths import SigmaSampler, add_noise, shift_sigma, velocity_target
+from cosmos3_robot.flow.samplers import EulerSampler, HeunSampler, Sampler, guided, make_sampler, make_sigmas
 
 __all__ = [
     "EulerSampler",

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .paths import shift_sigma
+from cosmos3_robot.flow.paths import shift_sigma
 
 
 def _map(fn, *trees: Any) -> Any:

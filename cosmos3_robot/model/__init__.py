@@ -1,9 +1,9 @@
 """The Mixture-of-Transformers model: configs, RoPE, attention, blocks, the model, latent I/O."""
 
-from .caches import ReasonerCache, ReasonerOutput, StepPlan, TextCache
-from .config import AttentionConfig, ModelConfig, TowerConfig, preset
-from .mot import MoT, count_parameters
-from .sequence import GenInput, Stream, patchify, series_stream, unpatchify, video_stream
+from cosmos3_robot.model.caches import ReasonerCache, ReasonerOutput, StepPlan, TextCache
+from cosmos3_robot.model.config import AttentionConfig, ModelConfig, TowerConfig, preset
+from cosmos3_robot.model.mot import MoT, count_parameters
+from cosmos3_robot.model.sequence import GenInput, Stream, patchify, series_stream, unpatchify, video_stream
 
 __all__ = [
     "AttentionConfig",

@@ -20,26 +20,16 @@ mask only when some sample is padded; it is never an L×L mask.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import cpu_kernels
-from .cpu_pack import PackedConcat, run_linears
-from .layers import RMSNorm
-from .rope import rotate_heads
+from cosmos3_robot.model.layers import RMSNorm
+from cosmos3_robot.model.rope import rotate_heads
 
 
 class TowerAttention(nn.Module):
     """One tower's attention weights: Q/K/V/O projections and QK-norm (Qwen3 names)."""
-
-    # `cpu_pack.pack_for_cpu` sets `packed_qkv`: the three projections run as one packed product.
-    PACKED_CONCATS: ClassVar[tuple[str, ...]] = ("packed_qkv",)
-    packed_qkv: ClassVar[PackedConcat | None] = None
-    # `pack_for_cpu` also sets `fused_cpu_kernels`: QK-norm and rotation as one `cpu_kernels` call.
-    fused_cpu_kernels: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -68,33 +58,23 @@ class TowerAttention(nn.Module):
         Generator), else None. q and k are QK-normed before rotation; rope is a `rotation_table`."""
         b, n, _ = x.shape
         h, g, d = self.num_heads, self.num_kv_heads, self.head_dim
-        q, k, v = self._project(x)
-        if self.fused_cpu_kernels and extra_key_norm is None and isinstance(self.q_norm, RMSNorm):
-            fused = self._fused_qk(q.unflatten(-1, (h, d)), k.unflatten(-1, (g, d)), rope)
-            if fused is not None:
-                return (
-                    fused[0].transpose(1, 2),
-                    fused[1].transpose(1, 2),
-                    v.view(b, n, g, d).transpose(1, 2),
-                    None,
-                )
-        q = rotate_heads(self.q_norm(q.view(b, n, h, d)), *rope)
-        k = self.k_norm(k.view(b, n, g, d))
+        q, k, v = self.project(x)
+        q, k, extra = self.norm_and_rotate(q.view(b, n, h, d), k.view(b, n, g, d), rope, extra_key_norm)
+        return q.transpose(1, 2), k.transpose(1, 2), v.view(b, n, g, d).transpose(1, 2), extra
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, L, C) -> q (B, L, H·D), k and v (B, L, G·D) (`infra.cpu_pack` runs them as one product)."""
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+    def norm_and_rotate(
+        self, q: Tensor, k: Tensor, rope: tuple[Tensor, Tensor], extra_key_norm: RMSNorm | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """q (B, L, H, D), k (B, L, G, D) -> QK-normed and rotated q and k (same shapes), and the
+        rotated extra_key_norm(k) as (B, G, L, D), or None (`infra.cpu_kernels` fuses the common case)."""
+        q = rotate_heads(self.q_norm(q), *rope)
+        k = self.k_norm(k)
         extra = None if extra_key_norm is None else rotate_heads(extra_key_norm(k), *rope).transpose(1, 2)
-        k = rotate_heads(k, *rope)
-        v = v.view(b, n, g, d)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extra
-
-    def _fused_qk(self, q: Tensor, k: Tensor, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor] | None:
-        """Normed and rotated (q, k), (B, L, heads, D), by `cpu_kernels`; None where it does not apply."""
-        qn, kn = self.q_norm, self.k_norm
-        fq = cpu_kernels.qk_norm_rope(q, qn.weight, qn.eps, *rope)
-        fk = None if fq is None else cpu_kernels.qk_norm_rope(k, kn.weight, kn.eps, *rope)
-        return None if fk is None else (fq, fk)
-
-    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, L, C) -> q (B, L, H·D), k and v (B, L, G·D): one packed product when available."""
-        return run_linears(self.packed_qkv, x, (self.q_proj, self.k_proj, self.v_proj))
+        return q, rotate_heads(k, *rope), extra
 
     def output(self, o: Tensor) -> Tensor:
         """o (B, H, L, D) -> (B, L, C)."""

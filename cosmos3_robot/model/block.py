@@ -15,9 +15,14 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import TowerAttention, decode_attention, generator_attention, reasoner_attention
-from .config import AttentionConfig, TowerConfig
-from .layers import GatedMLP, RMSNorm
+from cosmos3_robot.model.attention import (
+    TowerAttention,
+    decode_attention,
+    generator_attention,
+    reasoner_attention,
+)
+from cosmos3_robot.model.config import AttentionConfig, TowerConfig
+from cosmos3_robot.model.layers import GatedMLP, RMSNorm
 
 
 class TowerLayer(nn.Module):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _positive(obj: object, *names: str) -> None:
+def require_positive(obj: object, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -36,7 +36,7 @@ class TowerConfig:
     qk_norm: bool = True  # RMSNorm over head_dim on queries and keys (Qwen3)
 
     def __post_init__(self) -> None:
-        _positive(self, "hidden_size", "intermediate_size")
+        require_positive(self, "hidden_size", "intermediate_size")
         if self.hidden_act != "silu":
             raise ValueError(f"TowerConfig.hidden_act={self.hidden_act!r} is not supported; use 'silu'")
         if not self.rms_norm_eps > 0:
@@ -59,10 +59,10 @@ class AttentionConfig:
     ar_key_norm_for_dm: bool = False
 
     def __post_init__(self) -> None:
-        _positive(self, "num_layers", "num_heads", "num_kv_heads")
+        require_positive(self, "num_layers", "num_heads", "num_kv_heads")
         if self.head_dim is None:
             return  # resolved by ModelConfig from the tower width
-        _positive(self, "head_dim")
+        require_positive(self, "head_dim")
         if self.head_dim % 2:
             raise ValueError(f"AttentionConfig.head_dim must be even for RoPE, got {self.head_dim}")
         if self.num_heads % self.num_kv_heads:
@@ -137,13 +137,13 @@ class ModelConfig:
                     "change num_heads or set attention.head_dim explicitly"
                 )
             self.attention = dataclasses.replace(self.attention, head_dim=width // heads)
-        _positive(
+        require_positive(
             self, "vocab_size", "latent_channels", "patch_size", "num_embodiments", "timestep_embed_dim"
         )
         for name in ("audio_dim", "action_dim"):
             value = getattr(self, name)
             if value is not None:
-                _positive(self, name)
+                require_positive(self, name)
         if self.timestep_embed_dim % 2:
             raise ValueError(f"ModelConfig.timestep_embed_dim must be even, got {self.timestep_embed_dim}")
         if not self.time_units_per_second > 0:

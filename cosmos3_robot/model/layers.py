@@ -7,21 +7,14 @@ Axis glossary:  B batch · L tokens · C channels (hidden width) · E embodiment
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import cpu_kernels
-from .cpu_pack import PackedConcat, run_linears
-
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm, computed in float32 (as Qwen3 and Cosmos 3 do)."""
-
-    # `cpu_pack.pack_for_cpu` sets `fused_cpu_kernels`: small float32 inputs go through `cpu_kernels`.
-    fused_cpu_kernels: ClassVar[bool] = False
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -29,8 +22,6 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.fused_cpu_kernels and (y := cpu_kernels.rms_norm(x, self.weight, self.eps)) is not None:
-            return y
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             # One fused kernel instead of seven; equal to Qwen3RMSNorm (tests/test_model_core.py).
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
@@ -43,10 +34,6 @@ class RMSNorm(nn.Module):
 class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)) — the Qwen3 MLP."""
 
-    # `cpu_pack.pack_for_cpu` sets `packed_gate_up`: gate and up run as one packed product.
-    PACKED_CONCATS: ClassVar[tuple[str, ...]] = ("packed_gate_up",)
-    packed_gate_up: ClassVar[PackedConcat | None] = None
-
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
@@ -54,8 +41,12 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = run_linears(self.packed_gate_up, x, (self.gate_proj, self.up_proj))
+        gate, up = self.gate_up(x)
         return self.down_proj(F.silu(gate) * up)
+
+    def gate_up(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The two products that read x (`infra.cpu_pack` runs them as one)."""
+        return self.gate_proj(x), self.up_proj(x)
 
 
 def sinusoidal_embedding(t: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:

@@ -31,12 +31,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .block import MoTBlock
-from .caches import ReasonerCache, ReasonerOutput, StepPlan, TextCache
-from .config import ModelConfig
-from .layers import EmbodimentLinear, RMSNorm, TimestepEmbedder
-from .rope import rope_cos_sin, rotation_table, text_positions, time_positions
-from .sequence import GenInput, Stream
+from cosmos3_robot.model.block import MoTBlock
+from cosmos3_robot.model.caches import ReasonerCache, ReasonerOutput, StepPlan, TextCache
+from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.model.layers import EmbodimentLinear, RMSNorm, TimestepEmbedder
+from cosmos3_robot.model.rope import rope_cos_sin, rotation_table, text_positions, time_positions
+from cosmos3_robot.model.sequence import GenInput, Stream
 
 
 class MoT(nn.Module):

@@ -16,9 +16,8 @@ import torch
 from torch import Tensor
 
 from cosmos3_robot.flow import make_sampler
+from cosmos3_robot.policies.world_model import WorldModel
 from cosmos3_robot.tasks import ReasonedPrompt, make_task
-
-from .world_model import WorldModel
 
 
 @dataclass

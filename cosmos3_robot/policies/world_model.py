@@ -14,13 +14,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cosmos3_robot.datasets.actions import ActionTransform, pad_actions
-from cosmos3_robot.datasets.text import load_tokenizer
+from cosmos3_robot.encoders.vae import VideoVAE, latent_frame_times, num_latent_frames
+from cosmos3_robot.infra.cpu_pack import pack_for_cpu
 from cosmos3_robot.model import MoT
-from cosmos3_robot.model.cpu_pack import pack_for_cpu
-from cosmos3_robot.model.vae import VideoVAE, latent_frame_times, num_latent_frames
+from cosmos3_robot.processors.actions import ActionTransform, pad_actions
+from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks import ClipBatch
-from cosmos3_robot.training.latent_cache import resize_frames, to_uint8
+from cosmos3_robot.training.data.latent_cache import resize_frames, to_uint8
 
 
 @dataclass
@@ -83,7 +83,7 @@ class WorldModel:
         import json
         from pathlib import Path
 
-        from cosmos3_robot.model.checkpoint import load_model
+        from cosmos3_robot.interop.checkpoint import load_model
 
         folder = Path(folder)
         state_path = folder / "data_state.json"
@@ -95,8 +95,8 @@ class WorldModel:
         state = json.loads(state_path.read_text())
         model, _, _ = load_model(folder)
         if vae is None:  # the VAE the data pipeline used: its folder, or its seeded random one
-            from cosmos3_robot.training.data import DataConfig
-            from cosmos3_robot.training.generator_data import load_vae
+            from cosmos3_robot.training.data.config import DataConfig
+            from cosmos3_robot.training.data.generator import load_vae
 
             vae = load_vae(DataConfig(**state["data_config"]), model.config)
         return cls(model, vae, state)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from .base import ClipBatch, TaskHead
-from .sampling import Prompt, ReasonedPrompt, sample
+from cosmos3_robot.tasks.base import ClipBatch, TaskHead
+from cosmos3_robot.tasks.sampling import Prompt, ReasonedPrompt, sample
 
 # name -> "module:Class", imported lazily
 TASKS: dict[str, str] = {

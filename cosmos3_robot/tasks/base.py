@@ -25,8 +25,7 @@ from torch import Tensor
 
 from cosmos3_robot.flow import Sampler, SigmaSampler, add_noise, flow_loss, velocity_target
 from cosmos3_robot.model import GenInput, MoT, ReasonerCache, series_stream, unpatchify, video_stream
-
-from .sampling import Prompt, ReasonedPrompt, sample
+from cosmos3_robot.tasks.sampling import Prompt, ReasonedPrompt, sample
 
 
 @dataclass

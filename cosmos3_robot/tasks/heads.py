@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import ClipBatch, TaskHead
+from cosmos3_robot.tasks.base import ClipBatch, TaskHead
 
 
 class ForwardDynamics(TaskHead):

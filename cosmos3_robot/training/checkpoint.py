@@ -1,7 +1,7 @@
 """Training checkpoints: everything needed to continue a run bit-for-bit. Never pickle.
 
     <out>/checkpoints/step-00001200/
-      model/               a `cosmos3_robot.model.checkpoint` folder (config.json, model.safetensors,
+      model/               a `cosmos3_robot.interop.checkpoint` folder (config.json, model.safetensors,
                            vit.safetensors): `load_model(ckpt / "model")` works on it directly
       ema.safetensors      EMA of the Generator weights (absent when EMA is off)
       optimizer.safetensors  AdamW moments/steps, keyed "<param name>::<state key>"
@@ -31,15 +31,14 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
-from cosmos3_robot.model.checkpoint import (
+from cosmos3_robot.infra.distributed import full_tensor
+from cosmos3_robot.interop.checkpoint import (
     atomic_folder,
     config_json,
     save_tensors,
     write_json,
 )
-
-from .config import config_diff
-from .distributed import full_tensor
+from cosmos3_robot.training.config import config_diff
 
 TRAIN_FORMAT = "cosmos3-robot-train"
 TRAIN_FORMAT_VERSION = 1

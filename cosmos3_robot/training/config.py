@@ -38,7 +38,7 @@ class ModelSection:
     # A `save_model` folder to start from (e.g. the reasoner stage's output for the generator stage,
     # or an imported Qwen3-VL / Cosmos 3 folder). None: random init from `preset`.
     init: str | None = None
-    vit: str | None = None  # ViT preset (cosmos3_robot.model.vit.vit_preset) trained with the Reasoner
+    vit: str | None = None  # ViT preset (cosmos3_robot.encoders.vit.vit_preset) trained with the Reasoner
 
     def __post_init__(self) -> None:
         from cosmos3_robot.model.config import PRESETS

@@ -13,13 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from cosmos3_robot.encoders.vit import ViT
 from cosmos3_robot.flow import SigmaSampler
 from cosmos3_robot.model import MoT
-from cosmos3_robot.model.vit import ViT
 from cosmos3_robot.tasks import ClipBatch, make_task
-
-from .batches import IGNORE
-from .config import TrainConfig
+from cosmos3_robot.training.config import TrainConfig
+from cosmos3_robot.training.data.batches import IGNORE
 
 
 class StageLoss(nn.Module):

@@ -36,19 +36,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cosmos3_robot.encoders.vit import ViT, vit_preset
+from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, barrier, rank_rows, wrap
+from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT, preset
-from cosmos3_robot.model.checkpoint import load_model
-from cosmos3_robot.model.vit import ViT, vit_preset
 from cosmos3_robot.tasks import ClipBatch
-
-from . import checkpoint as ckpt
-from .batches import IGNORE, DataSource, batch_size, count_tokens, is_text, shard_batch
-from .config import TrainConfig
-from .distributed import DistInfo, all_reduce_sum, barrier, rank_rows, wrap
-from .ema import EMA
-from .plots import plot_losses
-from .schedule import lr_at, set_lr
-from .stage_loss import StageLoss
+from cosmos3_robot.training import checkpoint as ckpt
+from cosmos3_robot.training.config import TrainConfig
+from cosmos3_robot.training.data.batches import (
+    IGNORE,
+    DataSource,
+    batch_size,
+    count_tokens,
+    is_text,
+    shard_batch,
+)
+from cosmos3_robot.training.ema import EMA
+from cosmos3_robot.training.plots import plot_losses
+from cosmos3_robot.training.schedule import lr_at, set_lr
+from cosmos3_robot.training.stage_loss import StageLoss
 
 NULL_TOKEN = 0  # the null prompt of classifier-free guidance: one token, id 0
 
@@ -341,7 +347,7 @@ class Trainer:
         rng_tensors, rng_meta = ckpt.rng_state(self.generator)
         ema_state = None
         if self.ema is not None:
-            from .distributed import full_tensor
+            from cosmos3_robot.infra.distributed import full_tensor
 
             ema_state = {n: full_tensor(t).cpu().clone() for n, t in self.ema.state_dict().items()}
         return ckpt.Snapshot(

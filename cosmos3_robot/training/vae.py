@@ -34,8 +34,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from cosmos3_robot.model.vae import VAE_PRESETS, VideoVAE, check_spatial_size, vae_config
-from cosmos3_robot.training.latent_cache import iter_lerobot_episodes, open_lerobot
+from cosmos3_robot.encoders.vae import VAE_PRESETS, VideoVAE, check_spatial_size, vae_config
+from cosmos3_robot.training.data.latent_cache import iter_lerobot_episodes, open_lerobot
 
 CLIP_FRAMES = 5  # the shortest clip that exercises the temporal path (latent 0 + latent 1)
 

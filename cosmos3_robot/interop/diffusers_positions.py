@@ -43,8 +43,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .diffusers_config import DiffusersCompat
-from .sequence import GenInput, Stream, series_stream, video_stream
+from cosmos3_robot.interop.diffusers_config import DiffusersCompat
+from cosmos3_robot.model.sequence import GenInput, Stream, series_stream, video_stream
 
 
 def modality_offset(compat: DiffusersCompat, text_len: int) -> int:

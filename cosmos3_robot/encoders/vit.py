@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import _positive
-from .rope import rotate_heads, rotation_table
+from cosmos3_robot.model.config import require_positive
+from cosmos3_robot.model.rope import rotate_heads, rotation_table
 
 
 @dataclass
@@ -52,7 +52,7 @@ class ViTConfig:
     layer_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        _positive(
+        require_positive(
             self,
             "depth",
             "hidden_size",

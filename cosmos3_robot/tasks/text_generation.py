@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .mot import MoT
+from cosmos3_robot.model.mot import MoT
 
 
 @dataclass

@@ -1,53 +1,18 @@
-"""Training data: LeRobot clips -> model-ready batches for the two training stages.
-
-    gen = make_generator_data(DataConfig(root="data/reach", num_frames=9, num_actions=16), preset("sim-small"))
-    for batch in gen.train_batches(epoch):   # ClipBatch: prompt ids, VAE latents, normalised actions
-        ...
-    txt = make_reasoner_data(cfg, model_cfg, vit)
-    for batch in txt.train_batches(epoch):   # TextBatch: question -> answer tokens, loss on the answer
-        out = model.reason(**batch.reasoner_inputs(model, vit))
-
-Generator stage (one ClipBatch per step):
-
-    LeRobot clip ─► frames uint8 (T,3,H,W) ─► frozen VAE (or the latent cache) ─► video (C,T_lat,h,w)
-                    video_time (T,) s      ─► latent_frame_times               ─► video_time (T_lat,)
-                    action (Na,A) raw      ─► ActionTransform: normalise, pad ─► action (Na,W), mask (W,)
-                    task text              ─► tokenizer                        ─► input_ids, lengths
-    mp4 clips (action-free) ─► the same video path, action=None
-
-Reasoner stage (one TextBatch per step): a question about the scene at one frame, generated from
-`observation.environment_state` (datasets/text.py), answered in text; with a ViT the frame itself is
-shown first, as Qwen3-VL placeholders. Labels are next-token targets on the answer only.
-
-Determinism: `train_batches(epoch, start)` depends only on (seed, epoch) — never on worker count or on
-whether the latent cache is used (a cached latent is bit-identical to encoding the clip: both go
-through `latent_cache._encode_clip`, one clip at a time).
-"""
+"""The data configuration both training stages read (`DataConfig`); see `training/data/__init__.py`
+for the pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-from torch.utils.data import DataLoader, Dataset
 
 from cosmos3_robot.datasets import (
-    ClipDataset,
-    ClipDatasetConfig,
     ClipSpec,
-    open_lerobot_metadata,
-    seed_worker,
-    split_episodes,
 )
 from cosmos3_robot.datasets.text import QA_KINDS
-from cosmos3_robot.model.config import ModelConfig
-from cosmos3_robot.model.vae import (
+from cosmos3_robot.encoders.vae import (
     check_spatial_size,
     num_latent_frames,
 )
-from cosmos3_robot.training.batches import IGNORE, DataSource, TextBatch
 
 TEXT_STYLES = {"qa": ("relative", "distance"), "caption": ("caption",), "mixed": QA_KINDS}
 
@@ -157,105 +122,3 @@ class DataConfig:
             action_hz=self.action_hz,
             pad=self.pad,
         )
-
-
-# ------------------------------------------------------------------------------------------------
-# Shared helpers
-# ------------------------------------------------------------------------------------------------
-
-
-def _collate(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return samples  # batches are assembled in the main process, after the VAE
-
-
-def _loader(dataset: Dataset, batches: list[list[int]], num_workers: int) -> Iterator[list[dict[str, Any]]]:
-    """Samples of each planned batch, in plan order (the plan alone decides the data)."""
-    if not batches:
-        return iter(())
-    return iter(
-        DataLoader(
-            dataset,
-            batch_sampler=batches,
-            num_workers=num_workers,
-            collate_fn=_collate,
-            worker_init_fn=seed_worker,
-        )
-    )
-
-
-def _chunks(order: np.ndarray, size: int) -> list[list[int]]:
-    return [order[i : i + size].tolist() for i in range(0, len(order), size)]
-
-
-def _val_indices(n: int, batch_size: int, max_batches: int) -> list[list[int]]:
-    """A fixed, evenly spread subset of at most max_batches * batch_size samples."""
-    take = min(n, batch_size * max_batches)
-    if take == 0:
-        return []
-    idx = np.unique(np.linspace(0, n - 1, take).round().astype(np.int64))
-    return _chunks(idx, batch_size)
-
-
-def _dataset_meta(cfg: DataConfig):
-    meta = open_lerobot_metadata(cfg.repo_id, cfg.root)
-    name = f"{meta.repo_id} ({meta.root})"
-    return meta, name
-
-
-def _require(meta, name: str, key: str, stage: str, hint: str) -> None:
-    if key not in meta.features:
-        raise ValueError(
-            f"dataset {name}: {stage} needs key {key!r}, which the dataset lacks; it has "
-            f"{sorted(meta.features)} ({hint})"
-        )
-
-
-def _split(cfg: DataConfig, meta, name: str):
-    episodes = [int(e) for e in meta.episodes["episode_index"]]
-    return split_episodes(episodes, cfg.val_fraction, cfg.seed, dataset=name)
-
-
-def _check_vocab(tok, model_cfg: ModelConfig) -> None:
-    if tok.vocab_size > model_cfg.vocab_size:
-        raise ValueError(
-            f"tokenizer {tok.name} has {tok.vocab_size} ids but the model's vocab_size is "
-            f"{model_cfg.vocab_size}; use a model with vocab_size >= {tok.vocab_size}"
-        )
-
-
-def _clip_dataset(cfg: DataConfig, spec: ClipSpec, episodes: list[int] | None) -> ClipDataset:
-    return ClipDataset(
-        ClipDatasetConfig(
-            repo_id=cfg.repo_id,
-            root=cfg.root,
-            spec=spec,
-            episodes=episodes,
-            image_key=cfg.image_key,
-            action_key=cfg.action_key,
-            env_state_key=cfg.env_state_key,
-        )
-    )
-
-
-def make_generator_data(cfg: DataConfig, model_cfg: ModelConfig):
-    """ClipBatches for the generator stage (see `generator_data.GeneratorData`)."""
-    from cosmos3_robot.training.generator_data import GeneratorData
-
-    return GeneratorData(cfg, model_cfg)
-
-
-def make_reasoner_data(cfg: DataConfig, model_cfg: ModelConfig, vit=None):
-    """TextBatches for the reasoner stage (see `reasoner_data.ReasonerData`)."""
-    from cosmos3_robot.training.reasoner_data import ReasonerData
-
-    return ReasonerData(cfg, model_cfg, vit)
-
-
-__all__ = [
-    "DataConfig",
-    "DataSource",
-    "IGNORE",
-    "TextBatch",
-    "make_generator_data",
-    "make_reasoner_data",
-]

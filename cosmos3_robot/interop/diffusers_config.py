@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import AttentionConfig, ModelConfig, TowerConfig
+from cosmos3_robot.model.config import AttentionConfig, ModelConfig, TowerConfig
 
 DIFFUSERS_CLASS = "Cosmos3OmniTransformer"
 

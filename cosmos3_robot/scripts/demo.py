@@ -64,10 +64,10 @@ def _step(title: str) -> float:
 def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
     """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
     rerun recording of the first clip (truth vs prediction, frames and actions)."""
+    from cosmos3_robot.encoders.vae import TEMPORAL_FACTOR
     from cosmos3_robot.flow import EulerSampler
-    from cosmos3_robot.model.vae import TEMPORAL_FACTOR
     from cosmos3_robot.tasks import make_task
-    from cosmos3_robot.training.latent_cache import resize_frames, to_uint8
+    from cosmos3_robot.training.data.latent_cache import resize_frames, to_uint8
     from cosmos3_robot.training.vae import latent_spread, later_latent_use
 
     idx = list(data.val_idx[:: max(1, len(data.val_idx) // clips)][:clips])
@@ -180,7 +180,7 @@ def main(argv: list[str]) -> int:
     timings["vae_s"] = time.perf_counter() - t
 
     t = _step(f"3/4 train the Generator ({args.preset}, {args.train_steps} steps, mixed modes)")
-    from cosmos3_robot.training.train import build_data, compose
+    from cosmos3_robot.scripts.train import build_data, compose
     from cosmos3_robot.training.trainer import Trainer
 
     cfg = compose([

@@ -32,10 +32,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .checkpoint import set_tensor
-from .config import ModelConfig
-from .diffusers_config import DIFFUSERS_CLASS, DiffusersCompat, config_from_diffusers, config_to_diffusers
-from .mot import MoT
+from cosmos3_robot.interop.checkpoint import set_tensor
+from cosmos3_robot.interop.diffusers_config import (
+    DIFFUSERS_CLASS,
+    DiffusersCompat,
+    config_from_diffusers,
+    config_to_diffusers,
+)
+from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.model.mot import MoT
 
 __all__ = [
     "DiffusersCompat",
@@ -343,12 +348,12 @@ def import_main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "src", help="Diffusers Cosmos3OmniTransformer folder (or a pipeline folder with transformer/)"
     )
-    ap.add_argument("dst", help="output checkpoint folder (our format, see cosmos3_robot.model.checkpoint)")
+    ap.add_argument("dst", help="output checkpoint folder (our format, see cosmos3_robot.interop.checkpoint)")
     ap.add_argument(
         "--dtype", choices=sorted(_DTYPES), default=None, help="cast weights (default: as stored)"
     )
     args = ap.parse_args(argv)
-    from .checkpoint import save_model
+    from cosmos3_robot.interop.checkpoint import save_model
 
     model, compat = load_diffusers_cosmos3(args.src, dtype=_DTYPES.get(args.dtype))
     save_model(args.dst, model, meta={COMPAT_META: compat.to_dict(), "imported_from": str(args.src)})
@@ -360,12 +365,12 @@ def import_main(argv: list[str] | None = None) -> int:
 def export_main(argv: list[str] | None = None) -> int:
     """`cosmos3-robot export-diffusers SRC DST`: our checkpoint folder -> Diffusers Cosmos 3 folder."""
     ap = argparse.ArgumentParser(prog="cosmos3-robot export-diffusers", description=export_main.__doc__)
-    ap.add_argument("src", help="our checkpoint folder (cosmos3_robot.model.checkpoint format)")
+    ap.add_argument("src", help="our checkpoint folder (cosmos3_robot.interop.checkpoint format)")
     ap.add_argument("dst", help="output Diffusers transformer folder")
     ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None)
     ap.add_argument("--max-shard-gb", type=float, default=5.0)
     args = ap.parse_args(argv)
-    from .checkpoint import load_model
+    from cosmos3_robot.interop.checkpoint import load_model
 
     model, _, meta = load_model(args.src)
     compat = DiffusersCompat.from_dict(meta[COMPAT_META]) if COMPAT_META in meta else None

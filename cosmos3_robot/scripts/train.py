@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 from cosmos3_robot.model import ModelConfig
-
-from .config import TrainConfig
+from cosmos3_robot.training.config import TrainConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -51,12 +50,12 @@ def build_data(cfg: TrainConfig, model_config: ModelConfig, vit=None):
     (data.root / data.repo_id / data.batch_size / data.seed, and data.options = its DataConfig fields)."""
     d = cfg.data
     if d.source == "synthetic":
-        from .synthetic import SyntheticData
+        from cosmos3_robot.training.data.synthetic import SyntheticData
 
         return SyntheticData(model_config, cfg.stage, d.batch_size, seed=d.seed, **d.options)
     if d.source != "lerobot":
         raise ValueError(f"data.source={d.source!r}; choose 'synthetic' or 'lerobot'")
-    from cosmos3_robot.training import data as data_module
+    from cosmos3_robot.training import data as data_module  # noqa: I001
 
     dcfg = data_module.DataConfig(
         root=d.root, repo_id=d.repo_id, batch_size=d.batch_size, seed=d.seed, **d.options
@@ -132,8 +131,8 @@ def main(argv: list[str]) -> int:
 
 
 def run(cfg: TrainConfig, config_text: str | None = None) -> int:
-    from .distributed import init_distributed, shutdown
-    from .trainer import Trainer, build_model
+    from cosmos3_robot.infra.distributed import init_distributed, shutdown
+    from cosmos3_robot.training.trainer import Trainer, build_model
 
     info = init_distributed(cfg.distributed.backend)
     try:

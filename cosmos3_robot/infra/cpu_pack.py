@@ -17,6 +17,15 @@ created under `torch.inference_mode` (they have no version counter, so a stale c
 
 `pack_for_cpu` also turns on the fused RMSNorm and QK-norm + rotation kernels of `cpu_kernels`, the
 other per-call cost that weighs on a thin denoising step.
+
+All of it is applied by swapping modules for subclasses that keep the same parameters (the model code
+in `model/` has no flag for it, as diffusers' attention processors are set from outside):
+
+    nn.Linear      -> PackedLinear     one packed weight
+    GatedMLP       -> CPUGatedMLP      gate and up as one packed product (`gate_up`)
+    TowerAttention -> CPUTowerAttention q, k and v as one packed product (`project`); QK-norm and the
+                                       rotation as one fused kernel call (`norm_and_rotate`)
+    RMSNorm        -> FusedRMSNorm     one fused kernel call
 """
 
 from __future__ import annotations
@@ -24,6 +33,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from cosmos3_robot.infra import cpu_kernels
+from cosmos3_robot.model.attention import TowerAttention
+from cosmos3_robot.model.layers import GatedMLP, RMSNorm
 
 _PACKABLE = (torch.float32, torch.bfloat16)
 
@@ -119,14 +132,55 @@ class PackedLinear(nn.Linear):
         return F.linear(x, self.weight, self.bias) if y is None else y
 
 
-def pack_for_cpu(model: nn.Module) -> nn.Module:
-    """Turn every plain `nn.Linear` of `model` into a `PackedLinear`, in place; returns `model`.
+class FusedRMSNorm(RMSNorm):
+    """An `RMSNorm` whose small float32 inference inputs go through `cpu_kernels.rms_norm`."""
 
-    A module class may declare `PACKED_CONCATS = (attribute, ...)`: each attribute is set to an empty
-    `PackedConcat` that the module calls with Linears reading one input. The modules keep their
-    Parameter objects (tied weights stay tied, an optimiser keeps working). Linears stay as they are
-    where PyTorch has no oneDNN. Modules with a `fused_cpu_kernels` flag (RMSNorm, attention) have it
-    set: their small float32 inference inputs then go through `cpu_kernels`.
+    def forward(self, x: Tensor) -> Tensor:
+        y = cpu_kernels.rms_norm(x, self.weight, self.eps)
+        return super().forward(x) if y is None else y
+
+
+class CPUGatedMLP(GatedMLP):
+    """A `GatedMLP` whose gate and up projections run as one packed product."""
+
+    concat: PackedConcat | None = None
+
+    def gate_up(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return run_linears(self.concat, x, (self.gate_proj, self.up_proj))
+
+
+class CPUTowerAttention(TowerAttention):
+    """A `TowerAttention` with q, k and v as one packed product and, with `fused` set, QK-norm and
+    the rotation as one `cpu_kernels.qk_norm_rope` call per tensor."""
+
+    concat: PackedConcat | None = None
+    fused: bool = False
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return run_linears(self.concat, x, (self.q_proj, self.k_proj, self.v_proj))
+
+    def norm_and_rotate(
+        self, q: Tensor, k: Tensor, rope: tuple[Tensor, Tensor], extra_key_norm: RMSNorm | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        if self.fused and extra_key_norm is None and isinstance(self.q_norm, RMSNorm):
+            qn, kn = self.q_norm, self.k_norm
+            fq = cpu_kernels.qk_norm_rope(q, qn.weight, qn.eps, *rope)
+            fk = None if fq is None else cpu_kernels.qk_norm_rope(k, kn.weight, kn.eps, *rope)
+            if fk is not None:
+                return fq, fk, None
+        return super().norm_and_rotate(q, k, rope, extra_key_norm)
+
+
+_SWAPS = {GatedMLP: CPUGatedMLP, TowerAttention: CPUTowerAttention}
+
+
+def pack_for_cpu(model: nn.Module) -> nn.Module:
+    """Swap `model`'s modules for their packed CPU subclasses, in place; returns `model`.
+
+    Every plain `nn.Linear` becomes a `PackedLinear`, every `GatedMLP` / `TowerAttention` its packed
+    subclass with an empty `PackedConcat`. The modules keep their Parameter objects (tied weights stay
+    tied, an optimiser keeps working), so nothing is copied. Linears stay as they are where PyTorch
+    has no oneDNN. The fused kernels are turned on (`set_fused_kernels`).
     """
     set_fused_kernels(model, True)
     if not available():
@@ -134,26 +188,36 @@ def pack_for_cpu(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = PackedLinear  # same attributes, new forward: nothing is copied
-        for attr in getattr(type(module), "PACKED_CONCATS", ()):
-            setattr(module, attr, PackedConcat())
+        elif type(module) in _SWAPS:
+            module.__class__ = _SWAPS[type(module)]
+        if isinstance(module, CPUGatedMLP | CPUTowerAttention):
+            module.concat = PackedConcat()
     return model
 
 
 def set_fused_kernels(model: nn.Module, on: bool) -> nn.Module:
-    """Turn the `cpu_kernels` path of every module with a `fused_cpu_kernels` flag on or off; returns `model`."""
+    """Turn the `cpu_kernels` path of every RMSNorm and attention on or off; returns `model`."""
     for module in model.modules():
-        if hasattr(type(module), "fused_cpu_kernels"):
-            module.fused_cpu_kernels = on
+        if isinstance(module, RMSNorm):
+            module.__class__ = FusedRMSNorm if on else RMSNorm
+        elif isinstance(module, TowerAttention):
+            if type(module) is TowerAttention:
+                module.__class__ = CPUTowerAttention
+            module.fused = on
     return model
 
 
 def unpack(model: nn.Module) -> nn.Module:
-    """Undo `pack_for_cpu` (drops the packed copies, turns the fused kernels off)."""
+    """Undo `pack_for_cpu`: every module back to its plain class, packed copies dropped."""
+    plain = {
+        PackedLinear: nn.Linear,
+        FusedRMSNorm: RMSNorm,
+        CPUGatedMLP: GatedMLP,
+        CPUTowerAttention: TowerAttention,
+    }
     for module in model.modules():
-        module.__dict__.pop("fused_cpu_kernels", None)
-        if type(module) is PackedLinear:
-            module.__dict__.pop("_cache", None)
-            module.__class__ = nn.Linear
-        for attr in getattr(type(module), "PACKED_CONCATS", ()):
-            module.__dict__.pop(attr, None)
+        if type(module) in plain:
+            for attr in ("_cache", "concat", "fused"):
+                module.__dict__.pop(attr, None)
+            module.__class__ = plain[type(module)]
     return model

@@ -17,23 +17,22 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from cosmos3_robot.datasets import ClipDataset, ClipSpec
-from cosmos3_robot.datasets.text import load_tokenizer, make_qa, pad_right
+from cosmos3_robot.datasets.text import make_qa
+from cosmos3_robot.encoders.vision_inputs import image_placeholder
 from cosmos3_robot.model.config import ModelConfig
-from cosmos3_robot.model.multimodal import image_placeholder
-from cosmos3_robot.training.data import (
-    IGNORE,
-    TEXT_STYLES,
-    DataConfig,
-    TextBatch,
-    _check_vocab,
-    _chunks,
-    _clip_dataset,
-    _dataset_meta,
-    _loader,
-    _require,
-    _split,
-    _val_indices,
+from cosmos3_robot.processors.tokenizers import load_tokenizer, pad_right
+from cosmos3_robot.training.data.batches import IGNORE, TextBatch
+from cosmos3_robot.training.data.common import (
+    check_vocab,
+    chunks,
+    clip_dataset,
+    dataset_meta,
+    plan_loader,
+    require_feature,
+    split_dataset,
+    val_indices,
 )
+from cosmos3_robot.training.data.config import TEXT_STYLES, DataConfig
 
 
 class _FirstFrames(Dataset):
@@ -56,11 +55,11 @@ class ReasonerData:
     def __init__(self, cfg: DataConfig, model_cfg: ModelConfig, vit=None) -> None:
         self.cfg, self.model_cfg, self.vit = cfg, model_cfg, vit
         self.tokenizer = load_tokenizer(cfg.tokenizer)
-        _check_vocab(self.tokenizer, model_cfg)
-        meta, self.name = _dataset_meta(cfg)
+        check_vocab(self.tokenizer, model_cfg)
+        meta, self.name = dataset_meta(cfg)
         self.kinds = TEXT_STYLES[cfg.text]
         if self.kinds != ("caption",):
-            _require(
+            require_feature(
                 meta, self.name, cfg.env_state_key, "reasoner QA",
                 "record with cosmos3-robot record, or use DataConfig(text='caption')",
             )  # fmt: skip
@@ -71,7 +70,7 @@ class ReasonerData:
         else:
             self.state_names = []
         if vit is not None:
-            _require(
+            require_feature(
                 meta, self.name, cfg.image_key, "reasoner training with images", "set DataConfig.image_key"
             )
             vc = vit.config
@@ -84,9 +83,9 @@ class ReasonerData:
             unit = vc.patch_size * vc.spatial_merge_size
             size = cfg.vit_image_size or cfg.image_size or int(meta.features[cfg.image_key]["shape"][0])
             self.vit_size = max(unit, size // unit * unit)
-        self.split = _split(cfg, meta, self.name)
+        self.split = split_dataset(cfg, meta, self.name)
         spec = ClipSpec(num_frames=1, num_actions=0)
-        self.ds = _clip_dataset(cfg, spec, None)
+        self.ds = clip_dataset(cfg, spec, None)
         rows = self._rows(self.ds)
         self.train_rows = [r for r in rows if r["episode"] in set(self.split.train)]
         self.val_rows = [r for r in rows if r["episode"] in set(self.split.val)]
@@ -125,7 +124,7 @@ class ReasonerData:
         )  # fmt: skip
 
     def _image(self, frame: Tensor) -> tuple[Tensor, Tensor]:
-        from cosmos3_robot.model.vit import patchify
+        from cosmos3_robot.encoders.vit import patchify
 
         s = self.vit_size
         x = frame.float()[None]
@@ -168,7 +167,7 @@ class ReasonerData:
             for b in plan:
                 yield self.text_batch([rows[i] for i in b])
             return
-        loader = _loader(
+        loader = plan_loader(
             _FirstFrames(self.ds), [[rows[i]["row"] for i in b] for b in plan], self.cfg.num_workers
         )
         for b, samples in zip(plan, loader, strict=True):
@@ -176,12 +175,12 @@ class ReasonerData:
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[TextBatch]:
         rng = np.random.default_rng([self.cfg.seed, epoch])
-        plan = _chunks(rng.permutation(len(self.train_rows)), self.cfg.batch_size)[start:]
+        plan = chunks(rng.permutation(len(self.train_rows)), self.cfg.batch_size)[start:]
         return self._batches(self.train_rows, plan)
 
     def val_batches(self) -> list[TextBatch]:
         if self._val is None:
-            plan = _val_indices(len(self.val_rows), self.cfg.batch_size, self.cfg.max_val_batches)
+            plan = val_indices(len(self.val_rows), self.cfg.batch_size, self.cfg.max_val_batches)
             self._val = list(self._batches(self.val_rows, plan)) if plan else []
         return self._val
 

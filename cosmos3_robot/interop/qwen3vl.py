@@ -31,12 +31,19 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from .checkpoint import STORED_DTYPES, meta_parameters, resolve_dtype, retie, save_model, set_tensor
-from .config import AttentionConfig, ModelConfig, TowerConfig, preset
-from .layers import EmbodimentLinear
-from .mot import MoT
-from .multimodal import VisionTokenIds
-from .vit import ViT, ViTConfig
+from cosmos3_robot.encoders.vit import ViT, ViTConfig
+from cosmos3_robot.interop.checkpoint import (
+    STORED_DTYPES,
+    meta_parameters,
+    resolve_dtype,
+    retie,
+    save_model,
+    set_tensor,
+)
+from cosmos3_robot.model.config import AttentionConfig, ModelConfig, TowerConfig, preset
+from cosmos3_robot.model.layers import EmbodimentLinear
+from cosmos3_robot.model.mot import MoT
+from cosmos3_robot.processors.tokenizers import VisionTokenIds
 
 ARCHITECTURE = "Qwen3VLForConditionalGeneration"
 TEXT_PREFIX, VISION_PREFIX, HEAD = "model.language_model.", "model.visual.", "lm_head.weight"

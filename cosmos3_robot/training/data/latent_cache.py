@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from cosmos3_robot.model.vae import VideoVAE, latent_frame_times, num_latent_frames
+from cosmos3_robot.encoders.vae import VideoVAE, latent_frame_times, num_latent_frames
 
 CACHE_VERSION = 1
 

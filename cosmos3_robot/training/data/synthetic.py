@@ -12,8 +12,7 @@ import torch
 
 from cosmos3_robot.model import ModelConfig
 from cosmos3_robot.tasks import ClipBatch
-
-from .batches import IGNORE, TextBatch
+from cosmos3_robot.training.data.batches import IGNORE, TextBatch
 
 # ------------------------------------------------------------------------------------------------
 

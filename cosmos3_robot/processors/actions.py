@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cosmos3_robot.datasets.normalize import KeyStats, Normalizer
+from cosmos3_robot.processors.normalize import KeyStats, Normalizer
 
 ACTION_KEY = "action"
 

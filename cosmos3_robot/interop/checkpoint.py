@@ -32,9 +32,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from .config import ModelConfig
-from .mot import MoT
-from .vit import ViT, ViTConfig
+from cosmos3_robot.encoders.vit import ViT, ViTConfig
+from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.model.mot import MoT
 
 FORMAT = "cosmos3-robot"
 FORMAT_VERSION = 1

@@ -31,20 +31,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .mot import MoT
-from .vit import ViT
+from cosmos3_robot.encoders.vit import ViT
+from cosmos3_robot.model.mot import MoT
+from cosmos3_robot.processors.tokenizers import VisionTokenIds
 
 TEXT, IMAGE, VIDEO = 0, 1, 2  # token types (Qwen3-VL's mm_token_type_ids)
-
-
-@dataclass(frozen=True)
-class VisionTokenIds:
-    """Special token ids of a VLM's tokenizer (Qwen3-VL defaults)."""
-
-    image_token_id: int = 151655
-    video_token_id: int = 151656
-    vision_start_token_id: int = 151652
-    vision_end_token_id: int = 151653
 
 
 @dataclass

@@ -23,11 +23,7 @@ from cosmos3_robot.datasets import (
     VideoFolderDataset,
     open_lerobot_dataset,
 )
-from cosmos3_robot.datasets.actions import ActionTransform, EmbodimentRegistry
-from cosmos3_robot.datasets.normalize import Normalizer
-from cosmos3_robot.datasets.text import load_tokenizer
-from cosmos3_robot.model.config import ModelConfig
-from cosmos3_robot.model.vae import (
+from cosmos3_robot.encoders.vae import (
     TEMPORAL_FACTOR,
     VideoVAE,
     check_spatial_size,
@@ -35,19 +31,23 @@ from cosmos3_robot.model.vae import (
     num_latent_frames,
     vae_config,
 )
+from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.processors.actions import ActionTransform, EmbodimentRegistry
+from cosmos3_robot.processors.normalize import Normalizer
+from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks.base import ClipBatch
-from cosmos3_robot.training.data import (
-    DataConfig,
-    _check_vocab,
-    _chunks,
-    _clip_dataset,
-    _dataset_meta,
-    _loader,
-    _require,
-    _split,
-    _val_indices,
+from cosmos3_robot.training.data.common import (
+    check_vocab,
+    chunks,
+    clip_dataset,
+    dataset_meta,
+    plan_loader,
+    require_feature,
+    split_dataset,
+    val_indices,
 )
-from cosmos3_robot.training.latent_cache import (
+from cosmos3_robot.training.data.config import DataConfig
+from cosmos3_robot.training.data.latent_cache import (
     CachedEncoder,
     LatentCache,
     iter_lerobot_episodes,
@@ -92,11 +92,11 @@ class GeneratorData:
             raise ValueError("make_generator_data needs a model with a Generator (ModelConfig.generator)")
         self.cfg, self.model_cfg = cfg, model_cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
-        _check_vocab(self.tokenizer, model_cfg)
-        meta, self.name = _dataset_meta(cfg)
-        _require(meta, self.name, cfg.image_key, "generator training", "set DataConfig.image_key")
+        check_vocab(self.tokenizer, model_cfg)
+        meta, self.name = dataset_meta(cfg)
+        require_feature(meta, self.name, cfg.image_key, "generator training", "set DataConfig.image_key")
         if cfg.num_actions > 0:
-            _require(
+            require_feature(
                 meta, self.name, cfg.action_key, "generator training",
                 "set DataConfig.action_key, or use the folder as action-free video",
             )  # fmt: skip
@@ -110,9 +110,9 @@ class GeneratorData:
             ) from None
         self.spec = cfg.clip_spec()
         self.frame_step, self.action_step = self.spec.steps(self.fps, self.name)
-        self.split = _split(cfg, meta, self.name)
+        self.split = split_dataset(cfg, meta, self.name)
         # One ClipDataset over every episode; the split picks clip indices (clips never cross episodes).
-        self.ds = _clip_dataset(cfg, self.spec, None)
+        self.ds = clip_dataset(cfg, self.spec, None)
         episode = self.ds._episode[self.ds.anchors]
         on_grid = _anchor_frames(self.ds) % cfg.clip_stride == 0
         self.train_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.train))
@@ -234,15 +234,15 @@ class GeneratorData:
     # -- batches -----------------------------------------------------------------------------
     def _plan(self, epoch: int) -> list[tuple[str, list[int]]]:
         rng = np.random.default_rng([self.cfg.seed, epoch])
-        plan = [("robot", b) for b in _chunks(rng.permutation(self.train_idx), self.cfg.batch_size)]
-        plan += [("free", b) for b in _chunks(rng.permutation(self.free_idx), self.cfg.batch_size)]
+        plan = [("robot", b) for b in chunks(rng.permutation(self.train_idx), self.cfg.batch_size)]
+        plan += [("free", b) for b in chunks(rng.permutation(self.free_idx), self.cfg.batch_size)]
         return [plan[i] for i in rng.permutation(len(plan))]
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[ClipBatch]:
         plan = self._plan(epoch)[start:]  # skipped batches are never loaded
         loaders = {
-            "robot": _loader(self.ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
-            "free": _loader(self.free_ds, [b for k, b in plan if k == "free"], self.cfg.num_workers),
+            "robot": plan_loader(self.ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
+            "free": plan_loader(self.free_ds, [b for k, b in plan if k == "free"], self.cfg.num_workers),
         }
         for kind, _ in plan:
             samples = next(loaders[kind])
@@ -251,7 +251,7 @@ class GeneratorData:
     def val_batches(self) -> list[ClipBatch]:
         if self._val is None:
             self._val = []
-            for b in _val_indices(len(self.val_idx), self.cfg.batch_size, self.cfg.max_val_batches):
+            for b in val_indices(len(self.val_idx), self.cfg.batch_size, self.cfg.max_val_batches):
                 self._val.append(self.robot_batch([self.ds[int(self.val_idx[i])] for i in b]))
         return self._val
 

@@ -14,9 +14,8 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from cosmos3_robot.infra.distributed import shard_rows
 from cosmos3_robot.tasks import ClipBatch
-
-from .distributed import shard_rows
 
 IGNORE = -100  # label of positions without loss (prompt, padding)
 
@@ -76,7 +75,7 @@ class TextBatch:
             return {"input_ids": self.input_ids, "lengths": self.lengths}
         if vit is None:
             raise ValueError("this TextBatch holds images: pass the ViT to reasoner_inputs(model, vit)")
-        from cosmos3_robot.model.multimodal import build_reasoner_inputs
+        from cosmos3_robot.encoders.vision_inputs import build_reasoner_inputs
 
         ids = self.reason_kwargs["vision_token_ids"]
         inputs = build_reasoner_inputs(
