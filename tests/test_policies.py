@@ -17,6 +17,7 @@ from cosmos3_robot.policies.runners import (
     rollout,
 )
 from cosmos3_robot.policies.world_model import WorldModel
+from cosmos3_robot.processors.data_state import DataState
 from cosmos3_robot.scripts.train import build_data, compose
 from cosmos3_robot.training.trainer import Trainer, build_model
 from tests._data_fixtures import record_small
@@ -42,8 +43,11 @@ def world(tmp_path_factory):
 
 def test_exported_model_carries_its_data_state(world):
     wm, data = world
-    state = json.loads(json.dumps(wm.state))  # JSON-safe, as exported
-    assert state["action_transform"]["normalizer"] == data.state()["action_transform"]["normalizer"]
+    state = json.loads(json.dumps(wm.data_state.to_dict()))  # JSON-safe, as exported
+    assert DataState.from_dict(state) == wm.data_state == data.state()
+    assert state["action_transform"]["normalizer"] == data.state().action_transform["normalizer"]
+    with pytest.raises(ValueError, match="newer cosmos3-robot: upgrade"):
+        DataState.from_dict({**state, "format_version": 99})
     g = wm.geometry
     assert (g.num_frames, g.num_actions, g.latent_frames) == (5, 4, 2)
     torch.testing.assert_close(g.video_time(), torch.tensor([0.0, 0.4]))

@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 
+from cosmos3_robot import files
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.training import checkpoint as ckpt
 from tests.test_trainer import make_trainer
@@ -51,21 +52,21 @@ def test_keep_last_k_and_model_folder(tmp_path):
     model, _, meta = load_model(t.ckpt_root / "step-00000004" / "model")
     for (n, p), (_, q) in zip(t.model.named_parameters(), model.named_parameters(), strict=True):
         assert torch.equal(p, q), n
-    assert meta["step"] == 4 and meta["data"]["source"] == "synthetic"
+    assert meta["step"] == 4 and meta["data"]["details"]["source"] == "synthetic"
 
 
 def test_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     t = make_trainer(tmp_path, steps=2, checkpoint=ckpt_cfg(every=1, keep_last=3))
     t.fit()
     good = ckpt.latest_checkpoint(t.ckpt_root)
-    real = ckpt.save_tensors
+    real = files.save_tensors
 
     def failing(path, tensors):
         if path.name == "optimizer.safetensors":  # model and EMA already written: fail half-way
             raise OSError("disk full (simulated)")
         real(path, tensors)
 
-    monkeypatch.setattr(ckpt, "save_tensors", failing)
+    monkeypatch.setattr(files, "save_tensors", failing)
     t.step = 3
     with pytest.raises(OSError, match="simulated"):
         t.save()

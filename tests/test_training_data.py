@@ -127,8 +127,8 @@ def test_deterministic_per_epoch_and_seed(gen, reach):
     assert val and val is gen.val_batches()  # computed once, fixed order
     assert set(gen.ds._episode[gen.ds.anchors[gen.val_idx]].tolist()) <= set(gen.split.val)
     assert not set(gen.ds._episode[gen.ds.anchors[gen.train_idx]].tolist()) & set(gen.split.val)
-    json.dumps(gen.state())  # saved with checkpoints
-    assert gen.state()["split"]["val"] == gen.split.val
+    json.dumps(gen.state().to_dict())  # saved with checkpoints
+    assert gen.state().details["split"]["val"] == gen.split.val
 
 
 def test_an_epoch_resumed_at_a_batch_gives_the_same_batches_from_there(gen, reach):
@@ -219,7 +219,7 @@ def test_reasoner_labels_only_on_the_answer(reach):
         assert tok.decode(b.labels[i, has]) == answer
         assert (b.labels[i, n - 1 :] == IGNORE).all()
     assert all(same(x, y) for x, y in zip(batches, src.train_batches(0), strict=True))
-    json.dumps(src.state())
+    json.dumps(src.state().to_dict())
 
 
 def test_reasoner_answers_match_recorded_state(reach):

@@ -8,14 +8,8 @@ import json
 import pytest
 import torch
 
-from cosmos3_robot.encoders.vae import (
-    WAN22_LATENTS_MEAN,
-    VideoVAE,
-    VideoVAEConfig,
-    latent_frame_times,
-    num_latent_frames,
-    vae_config,
-)
+from cosmos3_robot.encoders.vae import WAN22_LATENTS_MEAN, VideoVAE, VideoVAEConfig, vae_config
+from cosmos3_robot.processors.geometry import latent_frame_times, num_latent_frames
 
 SIZE = 32  # smallest legal frame size: 16x VAE × 2x2 patch merge
 

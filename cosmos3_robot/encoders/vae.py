@@ -28,10 +28,7 @@ small VAE trained here and the real Wan2.2 weights are the same code path.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +36,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-TEMPORAL_FACTOR = 4  # latent frame k >= 1 covers 4 video frames
-SPATIAL_FACTOR = 16  # patchify 2 × three 2× downsamples
-SPATIAL_MULTIPLE = 32  # SPATIAL_FACTOR × the Generator's 2×2 patch merge
+from cosmos3_robot.files import atomic_folder, check_safetensors, read_json
+from cosmos3_robot.processors.geometry import (
+    SPATIAL_FACTOR,
+    TEMPORAL_FACTOR,
+    check_spatial_size,
+    num_latent_frames,
+)
+
 PATCH_SIZE = 2
 _TEMPORAL_DOWNSAMPLE = [False, True, True]
 
@@ -194,57 +196,6 @@ def vae_config(name: str, **overrides: Any) -> VideoVAEConfig:
     return VideoVAEConfig(**cfg)
 
 
-# ---------------------------------------------------------------------------------------------
-# Clip geometry and time
-
-
-def num_latent_frames(num_frames: int) -> int:
-    """T_lat for a clip of T frames; raises unless T = 1 + 4k (k >= 0)."""
-    if num_frames < 1 or (num_frames - 1) % TEMPORAL_FACTOR != 0:
-        lo = 1 + TEMPORAL_FACTOR * max(0, (num_frames - 1) // TEMPORAL_FACTOR)
-        raise ValueError(
-            f"a clip of {num_frames} frames does not fit the causal 4x temporal compression: the VAE "
-            f"encodes the first frame alone and then groups of {TEMPORAL_FACTOR}, so T must be 1 + 4k "
-            f"(1, 5, 9, 13, 17, ...). Trim the clip to {lo} frames or extend it to {lo + TEMPORAL_FACTOR}."
-        )
-    return 1 + (num_frames - 1) // TEMPORAL_FACTOR
-
-
-def check_spatial_size(height: int, width: int) -> None:
-    """Raise unless H and W are multiples of 32 (16x VAE × 2x2 Generator patch merge)."""
-    bad = [f"{n}={v}" for n, v in (("H", height), ("W", width)) if v <= 0 or v % SPATIAL_MULTIPLE]
-    if bad:
-        fix = ", ".join(
-            f"{v} -> {max(SPATIAL_MULTIPLE, round(v / SPATIAL_MULTIPLE) * SPATIAL_MULTIPLE)}"
-            for v in (height, width)
-        )
-        raise ValueError(
-            f"frame size {height}x{width} is not divisible by {SPATIAL_MULTIPLE} ({', '.join(bad)}): the VAE "
-            f"downsamples 16x and the Generator merges 2x2 latent patches. Resize or crop the frames "
-            f"({fix})."
-        )
-
-
-def latent_frame_times(frame_times_s: Tensor) -> Tensor:
-    """The real time (seconds) each latent frame stands for, for the RoPE time axis.
-
-    frame_times_s: (T,) timestamps of the clip's frames, T = 1 + 4k. Returns (T_lat,).
-
-    Latent 0 encodes frame 0 alone and gets its time. Latent k >= 1 encodes frames 4k-3 .. 4k and
-    gets the time of the LAST of them, frame 4k. Why the last frame rather than the mean:
-      * the encoder is causal, so latent k has seen exactly the frames up to t[4k] and nothing
-        later — stamping it at t[4k] never places information before it exists (a policy that
-        conditions on latent k at time t[4k] does not peek into the future);
-      * at a constant frame rate the latent times are then t[0], t[4], t[8], ... — evenly spaced by
-        4 / fps, including the step from latent 0 to latent 1 (the mean would give a 2.5-frame step
-        there and 4-frame steps after), which matches DESIGN.md's unit of "one latent frame at 24 fps".
-    """
-    if frame_times_s.ndim != 1:
-        raise ValueError(f"frame_times_s must be 1-D (T,), got shape {tuple(frame_times_s.shape)}")
-    num_latent_frames(frame_times_s.shape[0])
-    return frame_times_s[::TEMPORAL_FACTOR].clone()
-
-
 def check_frames(frames: Tensor) -> None:
     """Raise a ValueError naming the problem if `frames` is not (B, T, 3, H, W) float in [0, 1]."""
     if not isinstance(frames, Tensor):
@@ -376,25 +327,12 @@ class VideoVAE(nn.Module):
         The folder is written next to `path` under a temporary name and renamed into place, so a
         crash never leaves a half-written VAE behind.
         """
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.autoencoder.register_to_config(
             latents_mean=[float(v) for v in self.latents_mean],
             latents_std=[float(v) for v in self.latents_std],
         )
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the final folder should not be
-        try:
+        with atomic_folder(path) as tmp:
             self.autoencoder.save_pretrained(tmp, safe_serialization=True)
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
-                os.replace(path, old)
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> VideoVAE:
@@ -412,9 +350,36 @@ class VideoVAE(nn.Module):
                 f"no VAE config.json in {path}; expected a Diffusers AutoencoderKLWan folder"
             )
         config = VideoVAEConfig.from_diffusers(
-            json.loads((path / "config.json").read_text()), source=str(path)
+            read_json(path / "config.json", "VAE config"), source=str(path)
         )
+        weights = sorted(path.glob("*.safetensors"))
+        if not weights:
+            raise FileNotFoundError(
+                f"VAE folder {path} has a config.json but no *.safetensors weights; train one with "
+                "`cosmos3-robot train-vae` or copy the weights beside the config"
+            )
+        for w in weights:
+            check_safetensors(w)
         autoencoder = AutoencoderKLWan.from_pretrained(
             path, torch_dtype=dtype, local_files_only=True, low_cpu_mem_usage=False
         )
         return cls(config, autoencoder=autoencoder)
+
+
+def load_vae(
+    path: str | os.PathLike | None, latent_channels: int, preset: str = "tiny", seed: int = 0
+) -> VideoVAE:
+    """The one way a pipeline gets its frozen VAE: a saved folder, or (no path) the seeded random VAE
+    of `preset` that tests and smoke runs use. Raises unless its latents have `latent_channels`."""
+    if path is not None:
+        vae = VideoVAE.from_pretrained(path)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            vae = VideoVAE(vae_config(preset, latent_channels=latent_channels))
+    if vae.latent_channels != latent_channels:
+        raise ValueError(
+            f"VAE {path} has {vae.latent_channels} latent channels but the model expects "
+            f"{latent_channels} (ModelConfig.latent_channels); use a matching VAE or model"
+        )
+    return vae

@@ -19,20 +19,16 @@ files (`safe_open`, never `torch.load`), so at most one copy of the weights is e
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from cosmos3_robot.encoders.vit import ViT, ViTConfig
+from cosmos3_robot.files import atomic_folder, check_safetensors, read_json, write_checkpoint
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.model.mot import MoT
 
@@ -130,63 +126,6 @@ def fill_from_safetensors(
 # ------------------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_json(path: Path, data: Any) -> None:
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def save_tensors(path: Path, tensors: dict[str, Tensor]) -> None:
-    save_file(
-        {k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path), metadata={"format": "pt"}
-    )
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def atomic_folder(folder: Path):
-    """Context: yields a temporary sibling folder; on success it replaces `folder` in one rename
-    (an existing `folder` is moved aside first and deleted afterwards); on error it is removed."""
-
-    class _Ctx:
-        def __enter__(self) -> Path:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-            return self.tmp
-
-        def __exit__(self, exc_type, exc, tb) -> None:
-            if exc_type is not None:
-                shutil.rmtree(self.tmp, ignore_errors=True)
-                return
-            _fsync_dir(self.tmp)
-            old = None
-            if folder.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
-                os.rmdir(old)
-                os.replace(folder, old)
-            os.replace(self.tmp, folder)
-            _fsync_dir(folder.parent)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-
-    return _Ctx()
-
-
 def save_model(
     folder: str | Path,
     model: MoT,
@@ -207,22 +146,18 @@ def save_model(
     clash = sorted(p.name for p in extra if p.name in {"config.json", "model.safetensors", "vit.safetensors"})
     if clash:
         raise ValueError(f"extra files {clash} would overwrite the checkpoint's own files")
+    config_data = config_json(
+        config.to_dict(),
+        vit.config.to_dict() if vit is not None else None,
+        reasoner_only or config.generator is None,
+        tensors,
+        meta or {},
+    )
+    weights = {"model.safetensors": tensors}
+    if vit is not None:
+        weights["vit.safetensors"] = vit.state_dict()
     with atomic_folder(folder) as tmp:
-        save_tensors(tmp / "model.safetensors", tensors)
-        if vit is not None:
-            save_tensors(tmp / "vit.safetensors", vit.state_dict())
-        for p in extra:
-            shutil.copyfile(p, tmp / p.name)
-        write_json(
-            tmp / "config.json",
-            config_json(
-                config.to_dict(),
-                vit.config.to_dict() if vit is not None else None,
-                reasoner_only or config.generator is None,
-                tensors,
-                meta or {},
-            ),
-        )
+        write_checkpoint(tmp, weights, {"config.json": config_data}, copy_files=extra)
     return folder
 
 
@@ -255,9 +190,18 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json (not a {FORMAT} checkpoint)")
-    data = json.loads(path.read_text())
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a {FORMAT} checkpoint (format={data.get('format')!r})")
+    data = read_json(path, "checkpoint config")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(
+            f"{path} is not a {FORMAT} checkpoint (format="
+            f"{data.get('format') if isinstance(data, dict) else None!r}); give a folder written by save_model"
+        )
+    version = data.get("format_version", FORMAT_VERSION)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format_version {version!r} is newer than this cosmos3-robot reads "
+            f"({FORMAT_VERSION}); upgrade cosmos3-robot"
+        )
     return data
 
 
@@ -282,6 +226,7 @@ def load_model(
         model = MoT(config)
         vit = ViT(ViTConfig.from_dict(data["vit"])) if data.get("vit") is not None else None
     names = parameter_names(model)
+    check_safetensors(folder / "model.safetensors")
     with safe_open(str(folder / "model.safetensors"), framework="pt", device="cpu") as f:
         stored = set(f.keys())
     extra = sorted(stored - names)

@@ -7,84 +7,53 @@ with the checkpoint, and the clip geometry it was trained on, and turns one into
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from cosmos3_robot.encoders.vae import VideoVAE, latent_frame_times, num_latent_frames
+from cosmos3_robot.encoders.vae import VideoVAE, load_vae
+from cosmos3_robot.files import read_json
 from cosmos3_robot.infra.cpu_pack import pack_for_cpu
+from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT
 from cosmos3_robot.processors.actions import ActionTransform, pad_actions
+from cosmos3_robot.processors.data_state import DataState
+from cosmos3_robot.processors.frames import resize_frames, to_uint8
+from cosmos3_robot.processors.geometry import ClipGeometry
 from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks import ClipBatch
-from cosmos3_robot.training.data.latent_cache import resize_frames, to_uint8
-
-
-@dataclass
-class ClipGeometry:
-    """What one training clip looked like, in dataset frames and seconds."""
-
-    fps: float  # dataset frame rate (= control rate of the recorded env)
-    num_frames: int  # video frames per clip (1 + 4k)
-    frame_step: int  # dataset frames between clip frames
-    num_actions: int
-    action_step: int  # dataset frames between actions
-    obs_frames: int  # observed latent frames
-    image_size: int
-
-    @property
-    def latent_frames(self) -> int:
-        return num_latent_frames(self.num_frames)
-
-    def video_time(self) -> Tensor:
-        """(T_lat,) seconds of each latent frame from the clip start."""
-        frame_t = torch.arange(self.num_frames, dtype=torch.float64) * self.frame_step / self.fps
-        return latent_frame_times(frame_t).float()
-
-    def action_time(self) -> Tensor:
-        return (torch.arange(self.num_actions, dtype=torch.float64) * self.action_step / self.fps).float()
-
-    @classmethod
-    def from_data_state(cls, state: dict[str, Any]) -> ClipGeometry:
-        dc = state["data_config"]
-        return cls(
-            fps=float(state["dataset"]["fps"]),
-            num_frames=int(dc["num_frames"]),
-            frame_step=int(state["frame_step"]),
-            num_actions=int(dc["num_actions"]),
-            action_step=int(state["action_step"]),
-            obs_frames=int(dc["obs_frames"]),
-            image_size=int(state["dataset"]["image_size"]),
-        )
 
 
 class WorldModel:
-    def __init__(
-        self,
-        model: MoT,
-        vae: VideoVAE,
-        data_state: dict[str, Any],
-    ):
+    """A trained MoT with its frozen VAE, tokenizer, action transform and clip geometry."""
+
+    def __init__(self, model: MoT, vae: VideoVAE, data_state: DataState):
+        if data_state.geometry is None:
+            raise ValueError(
+                f"a world model needs a Generator-stage data state with clip geometry; this one is from "
+                f"the {data_state.stage!r} stage"
+            )
+        if vae.latent_channels != model.config.latent_channels:
+            raise ValueError(
+                f"the VAE has {vae.latent_channels} latent channels but the model expects "
+                f"{model.config.latent_channels}; give the VAE the model was trained with"
+            )
         # Inference only: Linear weights packed once for the CPU kernels (a no-op on other devices).
         self.model = pack_for_cpu(model.eval())
         self.vae = vae.eval()
-        self.state = data_state
-        self.geometry = ClipGeometry.from_data_state(data_state)
-        self.tokenizer = load_tokenizer(data_state["tokenizer"])
-        at = data_state.get("action_transform")
+        self.data_state = data_state
+        self.geometry: ClipGeometry = data_state.geometry
+        self.tokenizer = load_tokenizer(data_state.tokenizer)
+        at = data_state.action_transform
         self.actions = ActionTransform.from_state_dict(at) if at else None
 
     @classmethod
-    def from_folder(cls, folder, vae: VideoVAE | None = None) -> WorldModel:
-        """A trained model folder (`Trainer.export`: weights, config, data_state.json)."""
-        import json
-        from pathlib import Path
-
-        from cosmos3_robot.interop.checkpoint import load_model
-
+    def from_folder(cls, folder: str | Path, vae: VideoVAE | None = None) -> WorldModel:
+        """A trained model folder (`Trainer.export`: weights, config, data_state.json). Without `vae`,
+        the VAE its data state names (a relative VAE path is read from the current directory, then
+        from beside the model folder)."""
         folder = Path(folder)
         state_path = folder / "data_state.json"
         if not state_path.exists():
@@ -92,13 +61,16 @@ class WorldModel:
                 f"{state_path} is missing: a world model needs the data state its trainer exported "
                 "(normalisation stats, tokenizer, clip geometry, VAE)"
             )
-        state = json.loads(state_path.read_text())
+        state = DataState.from_dict(read_json(state_path), source=str(state_path))
         model, _, _ = load_model(folder)
-        if vae is None:  # the VAE the data pipeline used: its folder, or its seeded random one
-            from cosmos3_robot.training.data.config import DataConfig
-            from cosmos3_robot.training.data.generator import load_vae
-
-            vae = load_vae(DataConfig(**state["data_config"]), model.config)
+        if vae is None:
+            ref = state.vae
+            if ref is None:
+                raise ValueError(f"{state_path} names no VAE; pass vae=VideoVAE.from_pretrained(...)")
+            path = ref.path
+            if path is not None and not Path(path).exists() and (folder / path).exists():
+                path = str(folder / path)
+            vae = load_vae(path, model.config.latent_channels, preset=ref.preset or "tiny", seed=ref.seed)
         return cls(model, vae, state)
 
     @property

@@ -64,10 +64,10 @@ def _step(title: str) -> float:
 def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
     """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
     rerun recording of the first clip (truth vs prediction, frames and actions)."""
-    from cosmos3_robot.encoders.vae import TEMPORAL_FACTOR
     from cosmos3_robot.flow import EulerSampler
+    from cosmos3_robot.processors.frames import resize_frames, to_uint8
+    from cosmos3_robot.processors.geometry import TEMPORAL_FACTOR
     from cosmos3_robot.tasks import make_task
-    from cosmos3_robot.training.data.latent_cache import resize_frames, to_uint8
     from cosmos3_robot.training.vae import latent_spread, later_latent_use
 
     idx = list(data.val_idx[:: max(1, len(data.val_idx) // clips)][:clips])

@@ -31,22 +31,14 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
+from cosmos3_robot.files import CheckpointError, atomic_folder, write_checkpoint
 from cosmos3_robot.infra.distributed import full_tensor
-from cosmos3_robot.interop.checkpoint import (
-    atomic_folder,
-    config_json,
-    save_tensors,
-    write_json,
-)
+from cosmos3_robot.interop.checkpoint import config_json
 from cosmos3_robot.training.config import config_diff
 
 TRAIN_FORMAT = "cosmos3-robot-train"
 TRAIN_FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: truncated/corrupt files, or a different config."""
 
 
 @dataclass
@@ -238,24 +230,24 @@ def _model_config_json(snap: Snapshot) -> dict[str, Any]:
     )
 
 
-def _write_model(folder: Path, snap: Snapshot) -> None:
+def _model_files(snap: Snapshot, prefix: str = "") -> tuple[dict[str, dict[str, Tensor]], dict[str, Any]]:
     """The `load_model` files of a snapshot: weights, ViT weights if any, config."""
-    save_tensors(folder / "model.safetensors", snap.model_state)
+    tensors = {f"{prefix}model.safetensors": snap.model_state}
     if snap.vit_state is not None:
-        save_tensors(folder / "vit.safetensors", snap.vit_state)
-    write_json(folder / "config.json", _model_config_json(snap))
+        tensors[f"{prefix}vit.safetensors"] = snap.vit_state
+    return tensors, {f"{prefix}config.json": _model_config_json(snap)}
 
 
 def export_model(folder: str | Path, snap: Snapshot) -> Path:
     """Write `snap` as a `load_model` folder, atomically, with the EMA weights (if any) in place of
     the trained ones and the data pipeline's state (normalisation stats, tokenizer, clip geometry,
     VAE) beside them, so that the weights never travel without what their inputs and outputs mean."""
-    folder = Path(folder)
     state = {**snap.model_state, **(snap.ema_state or {})}
+    tensors, jsons = _model_files(dataclasses.replace(snap, model_state=state))
+    jsons["data_state.json"] = json.loads(json.dumps(snap.data_state))
     with atomic_folder(folder) as tmp:
-        _write_model(tmp, dataclasses.replace(snap, model_state=state))
-        write_json(tmp / "data_state.json", json.loads(json.dumps(snap.data_state)))
-    return folder
+        write_checkpoint(tmp, tensors, jsons)
+    return Path(folder)
 
 
 def save_checkpoint(root: str | Path, snap: Snapshot, keep_last: int) -> Path:
@@ -265,28 +257,26 @@ def save_checkpoint(root: str | Path, snap: Snapshot, keep_last: int) -> Path:
     for stale in root.glob(".step-*.tmp-*"):  # left by a save that crashed
         shutil.rmtree(stale, ignore_errors=True)
     folder = step_dir(root, snap.step)
+    tensors, jsons = _model_files(snap, prefix="model/")
+    if snap.ema_state is not None:
+        tensors["ema.safetensors"] = snap.ema_state
+    tensors["optimizer.safetensors"] = snap.optim_tensors
+    tensors["rng.safetensors"] = snap.rng_tensors
     with atomic_folder(folder) as tmp:
-        (tmp / "model").mkdir()
-        _write_model(tmp / "model", snap)
-        if snap.ema_state is not None:
-            save_tensors(tmp / "ema.safetensors", snap.ema_state)
-        save_tensors(tmp / "optimizer.safetensors", snap.optim_tensors)
-        save_tensors(tmp / "rng.safetensors", snap.rng_tensors)
+        write_checkpoint(tmp, tensors, jsons)
         manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-        write_json(
-            tmp / "trainer.json",
-            {
-                "format": TRAIN_FORMAT,
-                "format_version": TRAIN_FORMAT_VERSION,
-                "step": snap.step,
-                "config": snap.train_config,
-                "data_state": snap.data_state,
-                "trainer_state": snap.trainer_state,
-                "optimizer": snap.optim_meta,
-                "rng": snap.rng_meta,
-                "manifest": manifest,
-            },
-        )
+        trainer_json = {
+            "format": TRAIN_FORMAT,
+            "format_version": TRAIN_FORMAT_VERSION,
+            "step": snap.step,
+            "config": snap.train_config,
+            "data_state": snap.data_state,
+            "trainer_state": snap.trainer_state,
+            "optimizer": snap.optim_meta,
+            "rng": snap.rng_meta,
+            "manifest": manifest,
+        }
+        write_checkpoint(tmp, {}, {"trainer.json": trainer_json})
     for old in list_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return folder

@@ -362,7 +362,7 @@ class Trainer:
             optim_meta=optim_meta,
             rng_tensors=rng_tensors,
             rng_meta=rng_meta,
-            data_state=self.data.state(),
+            data_state=self.data.state().to_dict(),
             trainer_state={
                 "epoch": self.epoch,
                 "batch_in_epoch": self.batch_in_epoch,
@@ -383,7 +383,7 @@ class Trainer:
         folder = Path(folder)
         snap = ckpt.load_checkpoint(folder)
         ckpt.check_config(snap, self.cfg.to_dict(), folder)
-        data_state = json.loads(json.dumps(self.data.state()))
+        data_state = json.loads(json.dumps(self.data.state().to_dict()))
         if snap.data_state != data_state:
             keys = sorted(
                 k

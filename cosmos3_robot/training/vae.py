@@ -34,8 +34,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from cosmos3_robot.encoders.vae import VAE_PRESETS, VideoVAE, check_spatial_size, vae_config
-from cosmos3_robot.training.data.latent_cache import iter_lerobot_episodes, open_lerobot
+from cosmos3_robot.datasets.sources import open_lerobot_dataset
+from cosmos3_robot.encoders.vae import VAE_PRESETS, VideoVAE, vae_config
+from cosmos3_robot.processors.geometry import check_spatial_size
+from cosmos3_robot.training.data.latent_cache import iter_lerobot_episodes
 
 CLIP_FRAMES = 5  # the shortest clip that exercises the temporal path (latent 0 + latent 1)
 
@@ -115,7 +117,7 @@ class FrameBank:
 
 
 def load_frames(args: argparse.Namespace) -> tuple[FrameBank, FrameBank, dict]:
-    dataset = open_lerobot(args.repo_id, args.root)
+    dataset = open_lerobot_dataset(args.repo_id, args.root)
     n = (
         dataset.meta.total_episodes
         if args.max_episodes is None

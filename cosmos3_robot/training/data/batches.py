@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from torch import Tensor
 
 from cosmos3_robot.infra.distributed import shard_rows
+from cosmos3_robot.processors.data_state import DataState
 from cosmos3_robot.tasks import ClipBatch
 
 IGNORE = -100  # label of positions without loss (prompt, padding)
@@ -30,7 +31,7 @@ class DataSource(Protocol):
 
     def val_batches(self) -> list[Any]: ...
 
-    def state(self) -> dict[str, Any]: ...
+    def state(self) -> DataState: ...
 
 
 @dataclass

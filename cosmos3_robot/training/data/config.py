@@ -9,10 +9,7 @@ from cosmos3_robot.datasets import (
     ClipSpec,
 )
 from cosmos3_robot.datasets.text import QA_KINDS
-from cosmos3_robot.encoders.vae import (
-    check_spatial_size,
-    num_latent_frames,
-)
+from cosmos3_robot.processors.geometry import check_spatial_size, num_latent_frames
 
 TEXT_STYLES = {"qa": ("relative", "distance"), "caption": ("caption",), "mixed": QA_KINDS}
 

@@ -23,16 +23,18 @@ from cosmos3_robot.datasets import (
     VideoFolderDataset,
     open_lerobot_dataset,
 )
-from cosmos3_robot.encoders.vae import (
+from cosmos3_robot.encoders.vae import load_vae
+from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.processors.actions import ActionTransform, EmbodimentRegistry
+from cosmos3_robot.processors.data_state import DataState, VAEReference
+from cosmos3_robot.processors.frames import resize_frames, to_uint8
+from cosmos3_robot.processors.geometry import (
     TEMPORAL_FACTOR,
-    VideoVAE,
+    ClipGeometry,
     check_spatial_size,
     latent_frame_times,
     num_latent_frames,
-    vae_config,
 )
-from cosmos3_robot.model.config import ModelConfig
-from cosmos3_robot.processors.actions import ActionTransform, EmbodimentRegistry
 from cosmos3_robot.processors.normalize import Normalizer
 from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks.base import ClipBatch
@@ -51,8 +53,6 @@ from cosmos3_robot.training.data.latent_cache import (
     CachedEncoder,
     LatentCache,
     iter_lerobot_episodes,
-    resize_frames,
-    to_uint8,
     vae_fingerprint,
 )
 
@@ -67,21 +67,6 @@ def _anchor_frames(ds: ClipDataset) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 # Generator stage
 # ------------------------------------------------------------------------------------------------
-
-
-def load_vae(cfg: DataConfig, model_cfg: ModelConfig) -> VideoVAE:
-    if cfg.vae is not None:
-        vae = VideoVAE.from_pretrained(cfg.vae)
-    else:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            vae = VideoVAE(vae_config(cfg.vae_preset, latent_channels=model_cfg.latent_channels))
-    if vae.latent_channels != model_cfg.latent_channels:
-        raise ValueError(
-            f"VAE {cfg.vae} has {vae.latent_channels} latent channels but the model expects "
-            f"{model_cfg.latent_channels} (ModelConfig.latent_channels); use a matching VAE or model"
-        )
-    return vae
 
 
 class GeneratorData:
@@ -181,7 +166,7 @@ class GeneratorData:
                 dtype=np.int64,
             )
 
-        self.vae = load_vae(cfg, model_cfg)
+        self.vae = load_vae(cfg.vae, model_cfg.latent_channels, preset=cfg.vae_preset, seed=cfg.seed)
         self.vae_fingerprint = vae_fingerprint(self.vae)  # frozen here: hashed once, not per state()
         self.cache: LatentCache | None = None
         self.cache_dir: Path | None = None
@@ -295,26 +280,37 @@ class GeneratorData:
             input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **self._video(samples, None)
         )
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "stage": "generator",
-            "data_config": asdict(self.cfg),
-            "dataset": {"name": self.name, "fps": self.fps, "image_size": self.image_size},
-            "clip_spec": asdict(self.spec),
-            "frame_step": self.frame_step,
-            "action_step": self.action_step,
-            "latent_frames": num_latent_frames(self.cfg.num_frames),
-            "temporal_factor": TEMPORAL_FACTOR,
-            "split": {"train": self.split.train, "val": self.split.val, "seed": self.split.seed},
-            "tokenizer": self.tokenizer.state(),
-            "action_transform": self.action_transform.state_dict() if self.action_transform else None,
-            "embodiments": self.embodiments.state_dict(),
-            "normalizer": self.ds.normalizer.state_dict() if self.ds.normalizer else None,
-            "vae": {
-                "path": self.cfg.vae,
-                "preset": None if self.cfg.vae else self.cfg.vae_preset,
-                "fingerprint": self.vae_fingerprint,
-            },  # fmt: skip
-            "latent_cache": str(self.cache_dir) if self.cache_dir else None,
-            "action_free_folder": self.cfg.action_free_folder,
-        }
+    def state(self) -> DataState:
+        cfg = self.cfg
+        return DataState(
+            stage="generator",
+            tokenizer=self.tokenizer.state(),
+            geometry=ClipGeometry(
+                fps=self.fps,
+                num_frames=cfg.num_frames,
+                frame_step=self.frame_step,
+                num_actions=cfg.num_actions,
+                action_step=self.action_step,
+                obs_frames=cfg.obs_frames,
+                image_size=self.image_size,
+            ),
+            action_transform=self.action_transform.state_dict() if self.action_transform else None,
+            vae=VAEReference(
+                path=cfg.vae,
+                preset=None if cfg.vae else cfg.vae_preset,
+                seed=cfg.seed,
+                fingerprint=self.vae_fingerprint,
+            ),
+            details={
+                "data_config": asdict(cfg),
+                "dataset": {"name": self.name, "fps": self.fps, "image_size": self.image_size},
+                "clip_spec": asdict(self.spec),
+                "latent_frames": num_latent_frames(cfg.num_frames),
+                "temporal_factor": TEMPORAL_FACTOR,
+                "split": {"train": self.split.train, "val": self.split.val, "seed": self.split.seed},
+                "embodiments": self.embodiments.state_dict(),
+                "normalizer": self.ds.normalizer.state_dict() if self.ds.normalizer else None,
+                "latent_cache": str(self.cache_dir) if self.cache_dir else None,
+                "action_free_folder": cfg.action_free_folder,
+            },
+        )

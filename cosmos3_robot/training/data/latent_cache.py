@@ -24,24 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from cosmos3_robot.encoders.vae import VideoVAE, latent_frame_times, num_latent_frames
+from cosmos3_robot.datasets.sources import open_lerobot_dataset
+from cosmos3_robot.encoders.vae import VideoVAE
+from cosmos3_robot.processors.frames import resize_frames, to_uint8
+from cosmos3_robot.processors.geometry import latent_frame_times, num_latent_frames
 
 CACHE_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------------
 # Frames from a LeRobot dataset
-
-
-def open_lerobot(repo_id: str, root: str | os.PathLike | None = None):
-    """A `LeRobotDataset` read from `root` (offline works when the data is there)."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    return LeRobotDataset(repo_id, root=root)
 
 
 def episode_frames(dataset: Any, video_key: str, episode: int) -> tuple[Tensor, Tensor]:
@@ -56,20 +51,6 @@ def episode_frames(dataset: Any, video_key: str, episode: int) -> tuple[Tensor, 
         frames.append(to_uint8(item[video_key]))  # (3, H, W)
         times.append(float(item["timestamp"]))
     return torch.stack(frames), torch.tensor(times, dtype=torch.float64)
-
-
-def to_uint8(frames: Tensor) -> Tensor:
-    """Frames float in [0, 1] (LeRobot decodes uint8 / 255, the VAE decodes to [0, 1]) -> uint8;
-    uint8 frames pass through unchanged."""
-    return frames if frames.dtype == torch.uint8 else (frames * 255).round().clamp(0, 255).to(torch.uint8)
-
-
-def resize_frames(frames: Tensor, size: int | None) -> Tensor:
-    """Resize uint8 (T, 3, H, W) to (T, 3, size, size) with antialiasing; None keeps the size."""
-    if size is None or tuple(frames.shape[-2:]) == (size, size):
-        return frames
-    x = F.interpolate(frames.float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return x.round().clamp(0, 255).to(torch.uint8)
 
 
 def iter_lerobot_episodes(
@@ -212,7 +193,7 @@ class LatentCache:
         episodes: Iterable[int] | None = None,
         progress: bool = True,
     ) -> LatentCache:
-        dataset = open_lerobot(repo_id, dataset_root)
+        dataset = open_lerobot_dataset(repo_id, dataset_root)
         info = {"repo_id": repo_id, "video_key": video_key, "size": size, "fps": dataset.fps}
         source = iter_lerobot_episodes(dataset, video_key, episodes, size)
         return cls.build(root, vae, source, clip_frames, stride, info=info, progress=progress)

@@ -20,6 +20,7 @@ from cosmos3_robot.datasets import ClipDataset, ClipSpec
 from cosmos3_robot.datasets.text import make_qa
 from cosmos3_robot.encoders.vision_inputs import image_placeholder
 from cosmos3_robot.model.config import ModelConfig
+from cosmos3_robot.processors.data_state import DataState
 from cosmos3_robot.processors.tokenizers import load_tokenizer, pad_right
 from cosmos3_robot.training.data.batches import IGNORE, TextBatch
 from cosmos3_robot.training.data.common import (
@@ -184,13 +185,19 @@ class ReasonerData:
             self._val = list(self._batches(self.val_rows, plan)) if plan else []
         return self._val
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "stage": "reasoner",
-            "data_config": asdict(self.cfg),
-            "dataset": {"name": self.name},
-            "split": {"train": self.split.train, "val": self.split.val, "seed": self.split.seed},
-            "tokenizer": self.tokenizer.state(),
-            "text": {"style": self.cfg.text, "kinds": list(self.kinds), "env_state_names": self.state_names},
-            "vit_image_size": getattr(self, "vit_size", None),
-        }
+    def state(self) -> DataState:
+        return DataState(
+            stage="reasoner",
+            tokenizer=self.tokenizer.state(),
+            details={
+                "data_config": asdict(self.cfg),
+                "dataset": {"name": self.name},
+                "split": {"train": self.split.train, "val": self.split.val, "seed": self.split.seed},
+                "text": {
+                    "style": self.cfg.text,
+                    "kinds": list(self.kinds),
+                    "env_state_names": self.state_names,
+                },
+                "vit_image_size": getattr(self, "vit_size", None),
+            },
+        )

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from cosmos3_robot.model import ModelConfig
+from cosmos3_robot.processors.data_state import DataState
 from cosmos3_robot.tasks import ClipBatch
 from cosmos3_robot.training.data.batches import IGNORE, TextBatch
 
@@ -98,6 +99,8 @@ class SyntheticData:
             self._make(torch.Generator().manual_seed(-1 - self.seed * 7919 - i)) for i in range(self.n_val)
         ]
 
-    def state(self) -> dict:
-        return {"source": "synthetic", "seed": self.seed, "batch_size": self.b, "frames": self.frames,
-                "grid": self.grid, "actions": self.actions, "action_free": self.action_free}  # fmt: skip
+    def state(self) -> DataState:
+        """No tokenizer: synthetic prompts are raw ids, so a model trained on them is not a policy."""
+        details = {"source": "synthetic", "seed": self.seed, "batch_size": self.b, "frames": self.frames,
+                   "grid": self.grid, "actions": self.actions, "action_free": self.action_free}  # fmt: skip
+        return DataState(stage="synthetic", tokenizer={}, details=details)
