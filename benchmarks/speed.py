@@ -126,12 +126,9 @@ def pass_and_step_ms(model: MoT, gen: GenInput, prompt: Prompt, sigmas: torch.Te
     Generator step), alternated. A cached request is one pass and `steps` steps, an uncached one
     `steps` of each, so the step / pass ratio decides how close the speedup comes to the FLOP
     prediction: speedup = steps·(pass + step) / (pass + steps·step)."""
-    cache = prompt.run(model).with_room(gen.length)
-    plan, rope = model.plan_steps(gen, sigmas), model.generator_rope(cache, gen, validate=False)
+    request = model.prepare_request(prompt.run(model), gen, sigmas)
     sigma = float(sigmas[0])
-    return timed_alternating(
-        [lambda: prompt.run(model), lambda: model.denoise_step(cache, gen, plan, sigma, rope)], reps
-    )
+    return timed_alternating([lambda: prompt.run(model), lambda: request.velocity(gen, sigma)], reps)
 
 
 def make_request(cfg, batch: int, frames: int, grid: int, actions: int, ar_len: int, g: torch.Generator):

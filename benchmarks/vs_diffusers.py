@@ -126,11 +126,9 @@ def run_ours(
     noisy = {"video": gen.video.noisy, "action": gen.action.noisy}
     # As `tasks.sampling.sample`: keys laid out once per request, positions rotated once, inputs
     # validated and noise levels embedded once (`plan_steps`), velocities only where tokens are noisy.
-    cache = cache.with_room(gen.length)
-    plan = model.plan_steps(gen, sigmas)
-    rope = model.generator_rope(cache, gen, validate=False)  # plan_steps validated it
+    request = model.prepare_request(cache, gen, sigmas)
     for i in range(len(sigmas) - 1):
-        v = model.denoise_step(cache, gen.replace_latents(x), plan, float(sigmas[i]), rope)
+        v = request.velocity(gen.replace_latents(x), float(sigmas[i]))
         if scale is not None:
             v = {k: t[b:] + scale * (t[:b] - t[b:]) for k, t in v.items()}
         h = float(sigmas[i + 1] - sigmas[i])

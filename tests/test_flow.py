@@ -264,9 +264,11 @@ def test_planned_step_equals_denoise_with_per_token_sigma():
             want = m.denoise(cache, per_token, noisy_only=True)
             got = m.denoise_step(cache, gen, plan, sigma)
             roomy = m.denoise_step(cache.with_room(gen.length), gen, plan, sigma, rope)
+            request = m.prepare_request(cache, gen, sigmas).velocity(gen, sigma)  # the protocol's owner
             for n in want:
                 torch.testing.assert_close(got[n], want[n], atol=1e-6, rtol=1e-5)
                 torch.testing.assert_close(roomy[n], want[n], atol=1e-6, rtol=1e-5)
+                torch.testing.assert_close(request[n], want[n], atol=1e-6, rtol=1e-5)
         with pytest.raises(ValueError, match="plan was built for"):  # guidance doubles the input
             m.denoise_step(
                 ReasonerCache.cat([cache, cache]), GenInput.cat([gen, gen]), plan, float(sigmas[0])

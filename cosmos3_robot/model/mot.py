@@ -35,6 +35,7 @@ from cosmos3_robot.model.block import MoTBlock
 from cosmos3_robot.model.caches import ReasonerCache, ReasonerOutput, StepPlan, TextCache
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.model.layers import EmbodimentLinear, RMSNorm, TimestepEmbedder
+from cosmos3_robot.model.request import SamplingRequest
 from cosmos3_robot.model.rope import rope_cos_sin, rotation_table, text_positions, time_positions
 from cosmos3_robot.model.sequence import GenInput, Stream
 
@@ -336,6 +337,10 @@ class MoT(nn.Module):
         emb = self._level_embedding(sigmas.to(noisy.device))
         levels = dict(zip(sigmas.tolist(), emb.unbind(0), strict=True))
         return StepPlan(noisy, self._generator_valid(gen), outputs, wanted, levels)
+
+    def prepare_request(self, cache: ReasonerCache, gen: GenInput, sigmas: Tensor) -> SamplingRequest:
+        """A sampling request over `gen` with the schedule `sigmas` (see `model/request.py`)."""
+        return SamplingRequest(self, cache, gen, sigmas)
 
     def denoise_step(
         self,

@@ -6,8 +6,9 @@ denoising step runs only the Generator tower against the cached K/V. Conditional
 passes are one batched call: [cond; uncond] caches stacked along the batch, padded with masked keys.
 This holds for any batch size, with guidance, with video + audio + actions in one sequence.
 
-Each step reads what the request keeps fixed from a plan (`MoT.plan_steps`: the noisy layout, the
-noise-level embeddings of the schedule) and runs `MoT.denoise_step`. `reuse_cache=False` instead
+Each step asks a `SamplingRequest` (`MoT.prepare_request`: the cache with room for the Generator
+keys, the noisy layout, the noise-level embeddings of the schedule, the rotations) for its velocity.
+`reuse_cache=False` instead
 recomputes the prompt's Reasoner pass, the positions and every token's noise embedding at every step
 (`MoT.denoise`) — the behaviour of Diffusers' Cosmos 3 pipeline — and exists as the independent
 reference for tests and benchmarks.
@@ -115,10 +116,7 @@ def sample(
         step_in = gen.replace_latents(x, {n: m * sigma for n, m in noisy_f.items()})
         return GenInput.cat([step_in, step_in]) if use_cfg else step_in
 
-    # The cached path validates the first step's input once (noise included) and plans what every
-    # step shares: the noisy layout and the noise-level embeddings of the schedule.
     first = step_input(sampler.sigma)
-    plan = model.plan_steps(first, sampler.sigmas) if reuse_cache else None
 
     def caches() -> ReasonerCache:
         c = prompt.run(model)
@@ -131,16 +129,15 @@ def sample(
             c = ReasonerCache.cat([c, u])
         return c
 
-    # The cached path lays each layer out as [K_ar | room for this request's Generator keys] once,
-    # and rotates the positions (they depend on the cache only) once.
-    cache = caches().with_room(gen.length) if reuse_cache else None
-    rope = model.generator_rope(cache, first, validate=False) if reuse_cache else None
+    # The cached path validates the first step's input once (noise included) and plans what every
+    # step shares.
+    request = model.prepare_request(caches(), first, sampler.sigmas) if reuse_cache else None
     first_step = True
     while not sampler.done:
         sigma = sampler.sigma
         step_in = step_input(sigma)
         if reuse_cache:
-            v = model.denoise_step(cache, step_in, plan, sigma, rope)
+            v = request.velocity(step_in, sigma)
         else:  # Diffusers' way: the prompt's Reasoner pass, positions, rotations and per-token noise
             # embeddings recomputed every step (inputs validated once)
             v = model.denoise(caches(), step_in, validate=first_step, noisy_only=True)
