@@ -13,19 +13,19 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("cosmos3_robot.scripts.demo:main", "run the embedded end-to-end demo on the tiny defaults"),
     "info": ("cosmos3_robot.scripts.demo:info_main", "print model presets and their parameter counts"),
-    "record": ("cosmos3_robot.envs.record:main", "roll out a scripted expert and write a LeRobot dataset"),
-    "train-vae": ("cosmos3_robot.training.vae:main", "train the small video VAE on a LeRobot dataset"),
+    "record": ("cosmos3_robot.scripts.record:main", "roll out a scripted expert and write a LeRobot dataset"),
+    "train-vae": ("cosmos3_robot.scripts.train_vae:main", "train the small video VAE on a LeRobot dataset"),
     "train": ("cosmos3_robot.scripts.train:main", "train the model (stages: reasoner, generator)"),
     "import-diffusers": (
-        "cosmos3_robot.interop.diffusers_io:import_main",
+        "cosmos3_robot.scripts.interop:import_diffusers_main",
         "import a Diffusers Cosmos3OmniTransformer folder",
     ),
     "export-diffusers": (
-        "cosmos3_robot.interop.diffusers_io:export_main",
+        "cosmos3_robot.scripts.interop:export_diffusers_main",
         "export our weights to the Diffusers Cosmos 3 layout",
     ),
     "import-qwen3vl": (
-        "cosmos3_robot.interop.qwen3vl:import_main",
+        "cosmos3_robot.scripts.interop:import_qwen3vl_main",
         "build both towers from a Qwen3-VL folder",
     ),
 }

@@ -24,8 +24,6 @@ from cosmos3_robot.interop.diffusers_io import (  # noqa: E402
     WEIGHTS_NAME,
     config_from_diffusers,
     export_diffusers_cosmos3,
-    export_main,
-    import_main,
     load_diffusers_cosmos3,
     tensor_mapping,
 )
@@ -37,6 +35,8 @@ from cosmos3_robot.interop.diffusers_positions import (  # noqa: E402
     sound_positions,
 )
 from cosmos3_robot.model import ReasonerCache, unpatchify  # noqa: E402
+from cosmos3_robot.scripts.interop import export_diffusers_main as export_main
+from cosmos3_robot.scripts.interop import import_diffusers_main as import_main
 
 # Two small configs: (A) actions + sound, MHA-ish 2:1 GQA, Qwen3 QK-norm everywhere;
 # (B) GQA 4:1, Cosmos 3 Edge key norm (no text QK-norm), biases, other margin/fps, no spatial reset.

@@ -25,9 +25,10 @@ from cosmos3_robot.encoders.vision_inputs import (
 )
 from cosmos3_robot.encoders.vit import patchify
 from cosmos3_robot.interop.checkpoint import load_model
-from cosmos3_robot.interop.qwen3vl import import_main, load_qwen3vl, model_config_from_hf, vit_config_from_hf
+from cosmos3_robot.interop.qwen3vl import load_qwen3vl, model_config_from_hf, vit_config_from_hf
 from cosmos3_robot.model import preset
 from cosmos3_robot.processors.tokenizers import VisionTokenIds
+from cosmos3_robot.scripts.interop import import_qwen3vl_main as import_main
 from cosmos3_robot.tasks.text_generation import generate
 
 transformers = pytest.importorskip("transformers")

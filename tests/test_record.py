@@ -107,7 +107,7 @@ def test_resume_with_other_image_size_is_refused(tmp_path):
 
 
 def test_cli_help_explains(capsys):
-    from cosmos3_robot.envs.record import main
+    from cosmos3_robot.scripts.record import main
 
     with pytest.raises(SystemExit) as e:
         main(["--help"])
@@ -118,7 +118,7 @@ def test_cli_help_explains(capsys):
 
 
 def test_cli_records(tmp_path, capsys):
-    from cosmos3_robot.envs.record import main
+    from cosmos3_robot.scripts.record import main
 
     assert (
         main(

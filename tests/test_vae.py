@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -95,7 +94,8 @@ def test_small_preset_latent_channels_configurable() -> None:
 
 
 def test_reconstruction_improves_with_training() -> None:
-    from cosmos3_robot.training.vae import COLLAPSED_SPREAD, latent_spread, psnr, vae_loss
+    from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, frame_psnr, latent_spread
+    from cosmos3_robot.training.vae import VAETrainConfig, vae_loss
 
     torch.manual_seed(0)
     vae = VideoVAE(vae_config("tiny"))
@@ -108,12 +108,14 @@ def test_reconstruction_improves_with_training() -> None:
 
     def score() -> float:
         with torch.no_grad():
-            return psnr(vae.decode(vae.encode(frames)), frames).mean().item()
+            return frame_psnr(vae.decode(vae.encode(frames)), frames).mean().item()
 
     before = score()
     vae.unfreeze()
     opt = torch.optim.Adam(vae.autoencoder.parameters(), lr=1e-2)
-    args = argparse.Namespace(dtype="fp32", loss="l1", edge_weight=0.0, kl_weight=1e-4)
+    args = VAETrainConfig(
+        out="unused", root="unused", dtype="fp32", loss="l1", edge_weight=0.0, kl_weight=1e-4
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny convolutions are overhead-bound; one thread is faster on a busy CPU
     try:
@@ -134,7 +136,7 @@ def test_reconstruction_improves_with_training() -> None:
 
 
 def test_latent_spread_is_the_between_clip_share_of_the_spread() -> None:
-    from cosmos3_robot.training.vae import latent_spread
+    from cosmos3_robot.eval.metrics import latent_spread
 
     g = torch.Generator().manual_seed(0)
     field = torch.randn(1, 4, 2, 3, 3, generator=g)  # varies over channels and positions
@@ -257,7 +259,7 @@ def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
     import numpy as np
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    from cosmos3_robot.training import vae as train_vae
+    from cosmos3_robot.scripts import train_vae
     from cosmos3_robot.training.data.latent_cache import LatentCache
 
     features = {
@@ -295,7 +297,7 @@ def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
 
 
 def test_later_latent_use_tells_whether_the_decoder_reads_later_latents() -> None:
-    from cosmos3_robot.training.vae import later_latent_use
+    from cosmos3_robot.eval.metrics import later_latent_use
 
     class Decoder:  # latents (N, 1, T_lat, 1, 1) -> frames (N, 1 + 4(T_lat - 1), 3, 2, 2)
         def __init__(self, reads_later: bool):

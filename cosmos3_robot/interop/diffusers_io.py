@@ -22,7 +22,6 @@ Layout differences handled here (ours ← Diffusers):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -34,7 +33,6 @@ from torch import Tensor
 
 from cosmos3_robot.interop.checkpoint import set_tensor
 from cosmos3_robot.interop.diffusers_config import (
-    DIFFUSERS_CLASS,
     DiffusersCompat,
     config_from_diffusers,
     config_to_diffusers,
@@ -48,8 +46,6 @@ __all__ = [
     "config_from_diffusers",
     "config_to_diffusers",
     "export_diffusers_cosmos3",
-    "export_main",
-    "import_main",
     "load_diffusers_cosmos3",
     "tensor_mapping",
 ]
@@ -337,49 +333,3 @@ def export_diffusers_cosmos3(
 # ----------------------------------------------------------------------------------------------
 # CLI: Diffusers folder <-> our checkpoint format (`model.checkpoint`), the compat info in its meta
 # ----------------------------------------------------------------------------------------------
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def import_main(argv: list[str] | None = None) -> int:
-    """`cosmos3-robot import-diffusers SRC DST`: Diffusers Cosmos 3 folder -> our checkpoint folder."""
-    ap = argparse.ArgumentParser(prog="cosmos3-robot import-diffusers", description=import_main.__doc__)
-    ap.add_argument(
-        "src", help="Diffusers Cosmos3OmniTransformer folder (or a pipeline folder with transformer/)"
-    )
-    ap.add_argument("dst", help="output checkpoint folder (our format, see cosmos3_robot.interop.checkpoint)")
-    ap.add_argument(
-        "--dtype", choices=sorted(_DTYPES), default=None, help="cast weights (default: as stored)"
-    )
-    args = ap.parse_args(argv)
-    from cosmos3_robot.interop.checkpoint import save_model
-
-    model, compat = load_diffusers_cosmos3(args.src, dtype=_DTYPES.get(args.dtype))
-    save_model(args.dst, model, meta={COMPAT_META: compat.to_dict(), "imported_from": str(args.src)})
-    n = sum(p.numel() for p in model.parameters())
-    print(f"imported {n / 1e6:.1f} M parameters from {args.src} into {args.dst}")
-    return 0
-
-
-def export_main(argv: list[str] | None = None) -> int:
-    """`cosmos3-robot export-diffusers SRC DST`: our checkpoint folder -> Diffusers Cosmos 3 folder."""
-    ap = argparse.ArgumentParser(prog="cosmos3-robot export-diffusers", description=export_main.__doc__)
-    ap.add_argument("src", help="our checkpoint folder (cosmos3_robot.interop.checkpoint format)")
-    ap.add_argument("dst", help="output Diffusers transformer folder")
-    ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None)
-    ap.add_argument("--max-shard-gb", type=float, default=5.0)
-    args = ap.parse_args(argv)
-    from cosmos3_robot.interop.checkpoint import load_model
-
-    model, _, meta = load_model(args.src)
-    compat = DiffusersCompat.from_dict(meta[COMPAT_META]) if COMPAT_META in meta else None
-    export_diffusers_cosmos3(
-        model,
-        args.dst,
-        compat,
-        dtype=_DTYPES.get(args.dtype),
-        max_shard_bytes=int(args.max_shard_gb * 1024**3),
-    )
-    print(f"exported {args.src} to {args.dst} ({DIFFUSERS_CLASS})")
-    return 0

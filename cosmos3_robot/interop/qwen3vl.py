@@ -20,10 +20,8 @@ Weights stream tensor by tensor (`safe_open`) into a model built on the meta dev
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,6 @@ from cosmos3_robot.interop.checkpoint import (
     meta_parameters,
     resolve_dtype,
     retie,
-    save_model,
     set_tensor,
 )
 from cosmos3_robot.model.config import AttentionConfig, ModelConfig, TowerConfig, preset
@@ -401,36 +398,3 @@ def load_qwen3vl(
         "extra_files": [str(folder / n) for n in PASS_THROUGH if (folder / n).is_file()],
     }
     return model.eval(), vit.eval(), meta
-
-
-# ------------------------------------------------------------------------------------------------
-# CLI: cosmos3-robot import-qwen3vl SRC OUT
-# ------------------------------------------------------------------------------------------------
-
-
-def import_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="cosmos3-robot import-qwen3vl",
-        description="Build both towers (and the ViT) from a local Hugging Face Qwen3-VL folder and save "
-        "them as a cosmos3-robot checkpoint. Nothing is downloaded.",
-    )
-    parser.add_argument("source", help="folder with config.json and *.safetensors (a Qwen3-VL checkpoint)")
-    parser.add_argument("output", help="checkpoint folder to write (replaced atomically)")
-    parser.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: as stored)")
-    parser.add_argument("--reasoner-only", action="store_true", help="no Generator tower (reasoning only)")
-    parser.add_argument(
-        "--preset", default="nano", help="preset giving the Generator-only fields (default nano)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        model, vit, meta = load_qwen3vl(
-            args.source, dtype=args.dtype, with_generator=not args.reasoner_only, template=preset(args.preset)
-        )
-        extra = meta.pop("extra_files")
-        save_model(args.output, model, vit, meta, reasoner_only=args.reasoner_only, extra_files=extra)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"cosmos3-robot import-qwen3vl: {e}", file=sys.stderr)
-        return 2
-    n = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in vit.parameters())
-    print(f"wrote {args.output}: {n / 1e6:.1f} M parameters, {len(extra)} pass-through files")
-    return 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -51,11 +50,6 @@ def info_main(argv: list[str]) -> int:
     return 0
 
 
-def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.float() - b.float()) / 255.0).pow(2).mean())
-    return 10 * math.log10(1.0 / max(mse, 1e-12))
-
-
 def _step(title: str) -> float:
     print(f"\n== {title}", flush=True)
     return time.perf_counter()
@@ -64,11 +58,11 @@ def _step(title: str) -> float:
 def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
     """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
     rerun recording of the first clip (truth vs prediction, frames and actions)."""
+    from cosmos3_robot.eval.metrics import latent_spread, later_latent_use, psnr
     from cosmos3_robot.flow import EulerSampler
     from cosmos3_robot.processors.frames import resize_frames, to_uint8
     from cosmos3_robot.processors.geometry import TEMPORAL_FACTOR
     from cosmos3_robot.tasks import make_task
-    from cosmos3_robot.training.vae import latent_spread, later_latent_use
 
     idx = list(data.val_idx[:: max(1, len(data.val_idx) // clips)][:clips])
     samples = [data.ds[int(i)] for i in idx]
@@ -106,9 +100,9 @@ def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = No
         )  # fmt: skip
     return {
         "clips": len(samples),
-        "forward_dynamics_psnr_db": _psnr(pred[:, fut], truth[:, fut]),
-        "copy_last_frame_psnr_db": _psnr(copy_last, truth[:, fut]),
-        "vae_reconstruction_psnr_db": _psnr(recon[:, fut], truth[:, fut]),
+        "forward_dynamics_psnr_db": psnr(pred[:, fut], truth[:, fut]),
+        "copy_last_frame_psnr_db": psnr(copy_last, truth[:, fut]),
+        "vae_reconstruction_psnr_db": psnr(recon[:, fut], truth[:, fut]),
         "vae_latent_spread": latent_spread(batch.video),
         "vae_later_latent_use": later_latent_use(world.vae, batch.video, truth.float() / 255),
         "forward_dynamics_latent_mse": float((z_pred - z_true).square().mean()),
@@ -167,7 +161,7 @@ def main(argv: list[str]) -> int:
     print(f"   {rec.total_episodes} episodes in {data_root}")
 
     t = _step(f"2/4 train the small video VAE ({args.vae_minutes} min budget)")
-    from cosmos3_robot.training import vae as vae_train
+    from cosmos3_robot.scripts import train_vae as vae_train
 
     if not (vae_dir / "vae" / "config.json").exists():
         vae_train.main([
@@ -203,9 +197,9 @@ def main(argv: list[str]) -> int:
     )
 
     t = _step("4/4 measure on held-out episodes")
+    from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, IGNORED_LATER_LATENTS
     from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, rollout
     from cosmos3_robot.policies.world_model import WorldModel
-    from cosmos3_robot.training.vae import COLLAPSED_SPREAD, IGNORED_LATER_LATENTS
 
     world = WorldModel.from_folder(summary["model"], vae=data.vae)  # the VAE it was trained with
     open_loop = evaluate(world, data, args.eval_clips, args.sampling_steps, rrd=out / "forward_dynamics.rrd")

@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
         print(HELP)
         return 0
     if "stage=vae" in argv:
-        from cosmos3_robot.training import vae
+        from cosmos3_robot.scripts import train_vae as vae
 
         return int(vae.main([a for a in argv if a != "stage=vae"]) or 0)
     print_only = "--print-config" in argv

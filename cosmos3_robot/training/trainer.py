@@ -25,7 +25,6 @@ one process with micro_batch_size = B / N, and a resumed run the same curve as a
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ import torch
 from torch import Tensor
 
 from cosmos3_robot.encoders.vit import ViT, vit_preset
-from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, barrier, rank_rows, wrap
+from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, rank_rows, wrap
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT, preset
 from cosmos3_robot.tasks import ClipBatch
@@ -55,6 +54,7 @@ from cosmos3_robot.training.ema import EMA
 from cosmos3_robot.training.plots import plot_losses
 from cosmos3_robot.training.schedule import lr_at, set_lr
 from cosmos3_robot.training.stage_loss import StageLoss
+from cosmos3_robot.training.trainer_checkpoints import TrainerCheckpoints
 
 NULL_TOKEN = 0  # the null prompt of classifier-free guidance: one token, id 0
 
@@ -78,7 +78,7 @@ def build_model(cfg: TrainConfig) -> tuple[MoT, ViT | None]:
     return model, vit
 
 
-class Trainer:
+class Trainer(TrainerCheckpoints):
     """Construct with a TrainConfig and a DataSource, then `fit()`.
 
     >>> trainer = Trainer(cfg, data)           # builds the model from cfg.model unless given
@@ -340,98 +340,6 @@ class Trainer:
         self.loss_module.train()
         return {m: s / n for m, (s, n) in sorted(sums.items()) if n > 0}
 
-    # -- checkpoints ------------------------------------------------------------------------------
-    def snapshot(self) -> ckpt.Snapshot:
-        """Gather everything a resume needs (collective under FSDP: every rank calls it)."""
-        optim_tensors, optim_meta = ckpt.optimizer_state(self.optimizer, self.param_names)
-        rng_tensors, rng_meta = ckpt.rng_state(self.generator)
-        ema_state = None
-        if self.ema is not None:
-            from cosmos3_robot.infra.distributed import full_tensor
-
-            ema_state = {n: full_tensor(t).cpu().clone() for n, t in self.ema.state_dict().items()}
-        return ckpt.Snapshot(
-            step=self.step,
-            model_config=self.model.config.to_dict(),
-            model_state=ckpt.module_state(self.model),
-            train_config=self.cfg.to_dict(),
-            vit_config=self.vit.config.to_dict() if self.vit is not None else None,
-            vit_state=ckpt.module_state(self.vit) if self.vit is not None else None,
-            ema_state=ema_state,
-            optim_tensors=optim_tensors,
-            optim_meta=optim_meta,
-            rng_tensors=rng_tensors,
-            rng_meta=rng_meta,
-            data_state=self.data.state().to_dict(),
-            trainer_state={
-                "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch,
-                "ema_updates": self.ema.updates if self.ema is not None else 0,
-            },
-        )
-
-    def save(self) -> Path | None:
-        snap = self.snapshot()
-        path = None
-        if self.dist.is_main:
-            path = ckpt.save_checkpoint(self.ckpt_root, snap, self.cfg.checkpoint.keep_last)
-        barrier(self.dist)
-        return path
-
-    def resume(self, folder: str | Path) -> None:
-        """Continue from a checkpoint folder: weights, EMA, optimiser, RNG, data position."""
-        folder = Path(folder)
-        snap = ckpt.load_checkpoint(folder)
-        ckpt.check_config(snap, self.cfg.to_dict(), folder)
-        data_state = json.loads(json.dumps(self.data.state().to_dict()))
-        if snap.data_state != data_state:
-            keys = sorted(
-                k
-                for k in set(snap.data_state) | set(data_state)
-                if snap.data_state.get(k) != data_state.get(k)
-            )
-            raise ckpt.CheckpointError(
-                f"{folder}: the data source's state differs from the checkpoint's in {keys}"
-            )
-        ckpt.copy_into(self.model, snap.model_state, "model")
-        if self.vit is not None:
-            if snap.vit_state is None:
-                raise ckpt.CheckpointError(f"{folder} has no ViT weights but this run trains a ViT")
-            ckpt.copy_into(self.vit, snap.vit_state, "vit")
-        if self.ema is not None:
-            if snap.ema_state is None:
-                raise ckpt.CheckpointError(f"{folder} has no EMA weights but this run keeps an EMA")
-            self.ema.load_state_dict(snap.ema_state, snap.trainer_state.get("ema_updates", 0))
-        ckpt.load_optimizer(self.optimizer, self.param_names, snap)
-        ckpt.restore_rng(snap, self.generator)
-        self.step = snap.step
-        self.epoch = int(snap.trainer_state["epoch"])
-        self.batch_in_epoch = int(snap.trainer_state["batch_in_epoch"])
-
-    def _maybe_resume(self) -> None:
-        mode = self.cfg.checkpoint.resume
-        latest = ckpt.latest_checkpoint(self.ckpt_root)
-        if mode == "auto":
-            if latest is not None:
-                self.resume(latest)
-        elif mode == "never":
-            if latest is not None:
-                raise ValueError(
-                    f"{self.ckpt_root} already holds checkpoints and checkpoint.resume=never; "
-                    "choose another `out` or checkpoint.resume=auto"
-                )
-        else:
-            self.resume(mode)
-
-    def export(self, folder: str | Path | None = None) -> Path:
-        """The trained model as a `load_model` folder (EMA weights for the Generator)."""
-        folder = Path(folder or self.out / "model")
-        snap = self.snapshot()
-        if self.dist.is_main:
-            ckpt.export_model(folder, snap)
-        barrier(self.dist)
-        return folder
-
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         """Train to cfg.steps (resuming when a checkpoint is there). Returns a summary dict."""
@@ -484,21 +392,3 @@ class Trainer:
             "plots": [str(p) for p in plots],
             "metrics": str(self.out / "metrics.jsonl"),
         }
-
-    def _log(self, record: dict[str, Any]) -> None:
-        if not self.dist.is_main:
-            return
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-    def _trim_metrics(self) -> None:
-        """After a resume, drop records a crashed run wrote past the checkpoint's step."""
-        path = self.out / "metrics.jsonl"
-        if not path.exists():
-            return
-        keep = [
-            ln
-            for ln in path.read_text().splitlines()
-            if ln.strip() and json.loads(ln).get("step", 0) <= self.step
-        ]
-        path.write_text("".join(ln + "\n" for ln in keep))
