@@ -37,7 +37,7 @@ RULES: dict[str, set[str]] = {
     "tasks": {"model", "flow"},
     "datasets": {"processors", "files"},
     "eval": {"processors"},
-    "envs": set(),
+    "envs": {"processors"},  # simulation and recording; frame geometry checks
     "viz": set(),
     "policies": _BELOW_TRAINING | {"envs", "viz"},  # never training
     "training": _BELOW_TRAINING,

@@ -1,4 +1,4 @@
-"""LeRobot datasets in, clips with timestamps in seconds out (DESIGN.md §2).
+"""LeRobot datasets in, clips with timestamps in seconds out (docs/design.md, "Around the model").
 
     from cosmos3_robot.datasets import ClipDataset, ClipSpec, make_dataloader
     ds = ClipDataset(root="data/reach", spec=ClipSpec(num_frames=4, video_fps=5, num_actions=10))

@@ -156,8 +156,9 @@ class ClipDataset(torch.utils.data.Dataset):
             tolerance_s=cfg.tolerance_s,
         )
         table = self.lerobot.hf_dataset.data
-        self._episode = table.column("episode_index").to_numpy()
-        self._frame = table.column("frame_index").to_numpy()
+        # Per table row: its episode index and its frame index within the episode.
+        self.row_episode: np.ndarray = table.column("episode_index").to_numpy()
+        self.row_frame: np.ndarray = table.column("frame_index").to_numpy()
         self._check_finite(table)
         self.anchors = self._anchors(meta)
         if len(self.anchors) == 0:
@@ -235,22 +236,22 @@ class ClipDataset(torch.utils.data.Dataset):
             bad = ~np.isfinite(values).all(axis=1)
             if bad.any():
                 rows = np.flatnonzero(bad)
-                eps = sorted({int(self._episode[r]) for r in rows})
+                eps = sorted({int(self.row_episode[r]) for r in rows})
                 raise ValueError(
                     f"dataset {self.name}: key {key!r} has non-finite values in episode(s) {eps[:10]} "
-                    f"(frames {[int(self._frame[r]) for r in rows[:5]]}); drop those episodes with "
+                    f"(frames {[int(self.row_frame[r]) for r in rows[:5]]}); drop those episodes with "
                     "ClipDatasetConfig(episodes=[...]) or fix the data"
                 )
 
     def _anchors(self, meta) -> np.ndarray:
-        rows = np.arange(len(self._episode))
+        rows = np.arange(len(self.row_episode))
         if self.config.spec.pad:
             return rows
         spec = self.config.spec
         lengths = dict(zip(meta.episodes["episode_index"], meta.episodes["length"], strict=True))
-        ep_len = np.array([lengths[int(e)] for e in self._episode])
+        ep_len = np.array([lengths[int(e)] for e in self.row_episode])
         need = max((spec.num_frames - 1) * self.frame_step, (spec.num_actions - 1) * self.action_step, 0)
-        return rows[self._frame + need < ep_len]
+        return rows[self.row_frame + need < ep_len]
 
     # ---- access --------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -263,8 +264,8 @@ class ClipDataset(torch.utils.data.Dataset):
             item = self.lerobot[row]
         except Exception as e:
             raise ClipReadError(
-                f"dataset {self.name}: cannot read clip {i} (episode {int(self._episode[row])}, "
-                f"frame {int(self._frame[row])}, keys {cfg.image_key!r}/{cfg.action_key!r}): {e}"
+                f"dataset {self.name}: cannot read clip {i} (episode {int(self.row_episode[row])}, "
+                f"frame {int(self.row_frame[row])}, keys {cfg.image_key!r}/{cfg.action_key!r}): {e}"
             ) from e
         state = item[cfg.state_key].float()
         out: dict[str, Any] = {
@@ -292,15 +293,7 @@ class ClipDataset(torch.utils.data.Dataset):
 
     @property
     def episodes(self) -> list[int]:
-        return sorted({int(e) for e in self._episode})
-
-    def describe(self) -> str:
-        s = self.config.spec
-        return (
-            f"{self.name}: {len(self)} clips from {len(self.episodes)} episodes at {self.fps:g} fps; "
-            f"{s.num_frames} frames every {self.frame_step / self.fps:g} s, "
-            f"{s.num_actions} actions every {self.action_step / self.fps:g} s"
-        )
+        return sorted({int(e) for e in self.row_episode})
 
 
 def common_rate(*fps: float) -> float:

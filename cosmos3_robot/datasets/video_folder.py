@@ -8,8 +8,8 @@ Optional `<stem>.txt` next to a video holds its task text.
 
 Samples share the ClipDataset keys `video`, `video_time`, `video_valid`, `task`, `episode_index`,
 `frame_index`, `clip_start_time`; with `action_dim` set they also carry all-invalid zero `action`
-(Ta, A), `action_time` and `action_valid` so they batch with action-labelled clips (DESIGN.md:
-video-only samples have actions absent or pure noise, no loss).
+(Ta, A), `action_time` and `action_valid` so they batch with action-labelled clips (docs/design.md,
+"The three action modes": video-only samples have no actions in the sequence, no loss).
 """
 
 from __future__ import annotations

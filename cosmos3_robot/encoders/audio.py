@@ -9,7 +9,7 @@ that lies inside the signal): exactly 25 tokens per second of audio.
 
 How the modalities line up, all in seconds on one clock (the clip's, e.g. LeRobot `timestamp`):
     video frame i      t = frame_times_s[i]                (i / fps + start)
-    video latent k     t = frame_times_s[4k]                (see model.vae.latent_frame_times)
+    video latent k     t = frame_times_s[4k]                (see processors.geometry.latent_frame_times)
     audio token k      t = offset_s + k / 25
     action sample j    t = action_times_s[j]                (j / control_hz + start)
 The RoPE time axis multiplies these seconds by one rate for every modality, so an audio token, a

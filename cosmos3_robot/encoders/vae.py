@@ -12,7 +12,7 @@ Conventions (one place, so nothing else has to guess)
     latents  (B, C, T_lat, h, w) float, normalised per channel: (mu - latents_mean) / latents_std,
              where mu is the posterior mean (encoding is deterministic, no sampling)
 
-Why the Wan2.2 layout (C3 uses it, DESIGN.md §1 "Inputs and encoders"):
+Why the Wan2.2 layout (C3 uses it, docs/design.md, "Inputs and encoders"):
 
     frames (B,T,3,H,W) ─► [-1,1], (B,3,T,H,W) ─► patchify 2×2 ─► (B,12,T,H/2,W/2)
         ─► encoder: 3 residual down-blocks (2× space each; the last two also 2× time, causal)

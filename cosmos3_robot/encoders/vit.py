@@ -11,7 +11,7 @@ Axis glossary:  N patches (all images/frames packed) · M = N / m² merged token
     within each frame) ─┬───────────────────────────────► merger ───────────► tokens (M, O)
                         └─ after block i in deepstack_indexes: deepstack_merger[j] ─► deepstack[j] (M, O)
 
-Input layout (what Qwen's processors produce, and `patchify` below): patches of T frames × P × P
+Input layout (what Qwen's processors produce, and `image_patches` below): patches of T frames × P × P
 pixels, ordered frame-major, then by m×m merge block (row-major), then within the block. Every m×m
 group of consecutive patches becomes one token in the merger ("2×2 token merge").
 
@@ -310,7 +310,7 @@ class ViT(nn.Module):
         return ViTOutput(tokens=self.merger(x), deepstack=deepstack)
 
 
-def patchify(frames: Tensor, cfg: ViTConfig) -> tuple[Tensor, Tensor]:
+def image_patches(frames: Tensor, cfg: ViTConfig) -> tuple[Tensor, Tensor]:
     """Frames (F, C, H, W), already resized to multiples of patch·merge and normalised, -> the
     ViT's input pixels (N, C·T·P·P) and grid_thw (1, 3). An image is F = 1 (its frame is repeated
     to fill the temporal patch, as Qwen's processors do); a video repeats its last frame likewise."""

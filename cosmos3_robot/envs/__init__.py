@@ -3,7 +3,7 @@
     import gymnasium as gym, cosmos3_robot.envs
     env = gym.make("cosmos3_robot/Push-v0", image_size=96, control_hz=15)
 
-Envs never import policies (DESIGN.md §3): they expose observations, a success signal and the
+Envs never import policies (docs/design.md, "Layout"; tests/test_layering.py): they expose observations, a success signal and the
 control rate (`env.metadata["render_fps"]`, Hz) that becomes the action sample rate.
 """
 

@@ -51,7 +51,7 @@ class EnvConfig:
             raise ValueError(f"episode_seconds={self.episode_seconds} must be > 0")
 
 
-def load_model(asset: str) -> mujoco.MjModel:
+def load_mjcf(asset: str) -> mujoco.MjModel:
     xml = resources.files("cosmos3_robot.envs").joinpath("assets", asset).read_text()
     return mujoco.MjModel.from_xml_string(xml)
 
@@ -87,7 +87,7 @@ class MujocoTaskEnv(gym.Env):
         self.max_steps = int(round(self.episode_seconds * self.control_hz))
         # instance-level metadata so that several rates can coexist in one process
         self.metadata = {**type(self).metadata, "render_fps": self.control_hz}
-        self.model = load_model(self.ASSET)
+        self.model = load_mjcf(self.ASSET)
         self.data = mujoco.MjData(self.model)
         self.n_substeps = PHYSICS_HZ // self.control_hz
         self._renderer: mujoco.Renderer | None = None
@@ -105,6 +105,8 @@ class MujocoTaskEnv(gym.Env):
         self.task_description = ""
         self._steps = 0
         self._pixels: np.ndarray | None = None
+
+    MIN_START_DISTANCE = 0.0  # a reset redraws a start closer than this to success
 
     # ---- subclass hooks -------------------------------------------------------------------
     def _sample_task(self, rng: np.random.Generator) -> str:  # returns the instruction
@@ -128,10 +130,14 @@ class MujocoTaskEnv(gym.Env):
     # ---- gymnasium API --------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        mujoco.mj_resetData(self.model, self.data)
-        self.task = self._sample_task(self.np_random)
+        # A start at the goal is an episode that is over before it begins: draw again (rarely twice).
+        for _ in range(100):
+            mujoco.mj_resetData(self.model, self.data)
+            self.task = self._sample_task(self.np_random)
+            mujoco.mj_forward(self.model, self.data)
+            if self._distance() >= self.MIN_START_DISTANCE:
+                break
         self.task_description = self.task
-        mujoco.mj_forward(self.model, self.data)
         self._steps = 0
         return self._observation(), self._info()
 

@@ -18,7 +18,6 @@ COLOURS: dict[str, tuple[float, float, float, float]] = {
     "blue": (0.15, 0.3, 0.95, 1.0),
     "yellow": (0.95, 0.85, 0.1, 1.0),
 }
-LINK_LENGTH = 0.12
 MAX_JOINT_SPEED = 4.0  # rad/s at |action| = 1
 SUCCESS_RADIUS = 0.02  # m
 
@@ -32,6 +31,7 @@ class ReachEnv(MujocoTaskEnv):
     STATE_NAMES = ["shoulder_pos", "elbow_pos", "shoulder_vel", "elbow_vel"]
     ENV_STATE_NAMES = ["goal_x", "goal_y", "distractor_x", "distractor_y", "fingertip_x", "fingertip_y"]
     ACTION_NAMES = ["shoulder_vel_cmd", "elbow_vel_cmd"]
+    MIN_START_DISTANCE = 3 * SUCCESS_RADIUS  # never an episode that is over before it starts
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

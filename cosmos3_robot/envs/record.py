@@ -132,18 +132,82 @@ def _rollback(root: Path) -> None:
     (state / "IN_PROGRESS").unlink()
 
 
-def _check_compatible(meta, root: Path, fps: int, features: dict) -> None:
+def _check_compatible(meta, root: Path, env_id: str, fps: int, features: dict) -> None:
+    if meta.robot_type is not None and meta.robot_type != env_id:
+        raise ValueError(
+            f"dataset {root} holds episodes of {meta.robot_type}, this run records {env_id}; "
+            f"pass --env {meta.robot_type} to add to it, or choose another --root"
+        )
     if meta.fps != fps:
         raise ValueError(
             f"dataset {root}: recorded at {meta.fps} fps, this run asks for {fps}; pass --fps {meta.fps}"
         )
     for key, ft in features.items():
         have = meta.features.get(key)
-        if have is None or tuple(have["shape"]) != tuple(ft["shape"]):
+        if have is None or tuple(have["shape"]) != tuple(ft["shape"]) or have.get("names") != ft["names"]:
             raise ValueError(
-                f"dataset {root}: feature {key!r} is {have and have['shape']} on disk but the env gives "
-                f"{ft['shape']}; use the same --env/--image-size or another --root"
+                f"dataset {root}: feature {key!r} is {have and (have['shape'], have.get('names'))} on disk but "
+                f"the env gives {(ft['shape'], ft['names'])}; use the same --env/--image-size or another --root"
             )
+
+
+@contextlib.contextmanager
+def _lock(root: Path):
+    """One writer per dataset: a second `record` on the same root is refused, not raced."""
+    import fcntl
+
+    root.parent.mkdir(parents=True, exist_ok=True)
+    path = root.parent / f".{root.name}.record-lock"
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another `cosmos3-robot record` is writing {root} (lock {path}); wait for it to finish, "
+                "or record into another --root"
+            ) from None
+        yield
+
+
+def _prepare_root(root: Path, repo_id: str, env_id: str, fps: int, features: dict) -> int:
+    """Roll back an unfinished session, check the dataset on disk; returns its episode count."""
+    if root.exists():
+        _rollback(root)
+    if root.exists() and not (root / "meta" / "info.json").exists():
+        if any(root.iterdir()):
+            raise ValueError(f"{root} exists and is not a LeRobot dataset; choose another --root")
+        root.rmdir()
+    if not root.exists():
+        return 0
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+    meta = LeRobotDatasetMetadata(repo_id, root=root)
+    _check_compatible(meta, root, env_id, fps, features)
+    done = meta.total_episodes
+    if not (root / STATE_DIR / "COMMITTED").exists():
+        if done == 0:
+            _wipe(root)  # created but never written: start clean
+        else:
+            _commit(root, done)  # a dataset we did not write: its current state is the baseline
+    return done
+
+
+def check_record_args(episodes: int, noise: float, image_size: int, checkpoint_every: int) -> None:
+    """Raise, naming the option, before anything is written."""
+    from cosmos3_robot.processors.geometry import check_spatial_size
+
+    if episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    if checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
+    if not (np.isfinite(noise) and noise >= 0):
+        raise ValueError(
+            f"--noise is the std of the expert's action noise: a finite number >= 0, got {noise}"
+        )
+    try:
+        check_spatial_size(image_size, image_size)
+    except ValueError as e:
+        raise ValueError(f"--image-size {image_size}: the world model could not train on it: {e}") from None
 
 
 # ---- recording -----------------------------------------------------------------------------------
@@ -198,16 +262,12 @@ def record_dataset(
     `policy_factory(env, episode_seed)` returns `policy(obs) -> action`; default: the scripted
     expert with Gaussian action noise `noise`.
     """
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from tqdm import tqdm
 
     from cosmos3_robot.envs import make_env, make_expert
 
     os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 (LeRobot's default codec): errors only
-    if episodes < 1:
-        raise ValueError(f"episodes={episodes} must be >= 1")
-    if checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every={checkpoint_every} must be >= 1")
+    check_record_args(episodes, noise, image_size, checkpoint_every)
     root = Path(root)
     repo_id = repo_id or f"local/{root.name}"
     env_kwargs = {"image_size": image_size} | ({"control_hz": fps} if fps is not None else {})
@@ -216,79 +276,69 @@ def record_dataset(
     features = dataset_features(env)
     if policy_factory is None:
         policy_factory = lambda env_, s: make_expert(env_, noise=noise, seed=s).act  # noqa: E731
-
-    if root.exists():
-        _rollback(root)
-    if root.exists() and not (root / "meta" / "info.json").exists():
-        if any(root.iterdir()):
-            raise ValueError(f"{root} exists and is not a LeRobot dataset; choose another --root")
-        root.rmdir()
-    done = 0
-    if root.exists():
-        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
-
-        meta = LeRobotDatasetMetadata(repo_id, root=root)
-        _check_compatible(meta, root, fps, features)
-        done = meta.total_episodes
-        if not (root / STATE_DIR / "COMMITTED").exists():
-            if done == 0:
-                _wipe(root)  # created but never written: start clean
-            else:
-                _commit(root, done)  # a dataset we did not write: its current state is the baseline
-
     import datasets
 
     bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
     datasets.utils.logging.disable_progress_bar()  # one "Map" bar per saved episode otherwise
-    result = RecordResult(root, repo_id, done, 0, 0, 0.0)
-    bar = tqdm(
-        total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep", disable=not progress
-    )
-    t0 = time.perf_counter()
     try:
-        while done < episodes:
-            session_end = min(done + checkpoint_every, episodes)
-            if root.exists():
-                (root / STATE_DIR / "IN_PROGRESS").touch()
-                dataset = LeRobotDataset.resume(repo_id, root=root)
-            else:
-                dataset = LeRobotDataset.create(
-                    repo_id, fps, features, root=root, robot_type=env_id, use_videos=True
-                )
-                (root / STATE_DIR).mkdir(exist_ok=True)
-                (root / STATE_DIR / "IN_PROGRESS").touch()
-            in_save = False
+        with _lock(root):
+            done = _prepare_root(root, repo_id, env_id, fps, features)
+            result = RecordResult(root, repo_id, done, 0, 0, 0.0)
+            bar = tqdm(total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep",
+                       disable=not progress)  # fmt: skip
+            t0 = time.perf_counter()
             try:
-                while done < session_end:
-                    ep_seed = seed + done
-                    frames, success = _rollout(dataset, env, policy_factory(env, ep_seed), ep_seed)
-                    if frames < 2:
-                        raise ValueError(
-                            f"episode {done} (seed {ep_seed}) ended after {frames} frame(s); need >= 2"
-                        )
-                    in_save = True
-                    dataset.save_episode()
-                    in_save = False
-                    done += 1
-                    result.new_episodes += 1
-                    result.new_frames += frames
-                    result.successes.append(success)
-                    bar.update(1)
-                    bar.set_postfix(success=f"{np.mean(result.successes):.2f}")
-            except BaseException:
-                if in_save:  # half-written episode: undo the whole session, keep earlier commits
-                    with contextlib.suppress(Exception):
-                        dataset.finalize()
-                    _rollback(root)
-                    raise
-                _close_session(dataset, root)  # drop the unfinished episode, commit the saved ones
-                raise
-            _close_session(dataset, root)
+                while result.total_episodes < episodes:
+                    session_end = min(result.total_episodes + checkpoint_every, episodes)
+                    _record_session(root, repo_id, env, env_id, fps, features, policy_factory, seed,
+                                    session_end, result, bar)  # fmt: skip
+            finally:
+                bar.close()
     finally:
-        bar.close()
         env.close()
         if bars_were_on:
             datasets.utils.logging.enable_progress_bar()
-    result.total_episodes = done
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _record_session(
+    root, repo_id, env, env_id, fps, features, policy_factory, seed, session_end, result, bar
+):
+    """Episodes up to `session_end` in one LeRobot writer session, committed at its end."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    if root.exists():
+        (root / STATE_DIR / "IN_PROGRESS").touch()
+        dataset = LeRobotDataset.resume(repo_id, root=root)
+    else:
+        dataset = LeRobotDataset.create(repo_id, fps, features, root=root, robot_type=env_id, use_videos=True)
+        (root / STATE_DIR).mkdir(exist_ok=True)
+        (root / STATE_DIR / "IN_PROGRESS").touch()
+    in_save = False
+    try:
+        while result.total_episodes < session_end:
+            ep_seed = seed + result.total_episodes
+            frames, success = _rollout(dataset, env, policy_factory(env, ep_seed), ep_seed)
+            if frames < 2:
+                raise ValueError(
+                    f"episode {result.total_episodes} (seed {ep_seed}) ended after {frames} frame(s); need >= 2"
+                )
+            in_save = True
+            dataset.save_episode()
+            in_save = False
+            result.total_episodes += 1
+            result.new_episodes += 1
+            result.new_frames += frames
+            result.successes.append(success)
+            bar.update(1)
+            bar.set_postfix(success=f"{np.mean(result.successes):.2f}")
+    except BaseException:
+        if in_save:  # half-written episode: undo the whole session, keep earlier commits
+            with contextlib.suppress(Exception):
+                dataset.finalize()
+            _rollback(root)
+            raise
+        _close_session(dataset, root)  # drop the unfinished episode, commit the saved ones
+        raise
+    _close_session(dataset, root)

@@ -1,4 +1,4 @@
-"""Data parallelism applied from outside: the model code stays single-device (DESIGN.md, STYLE.md).
+"""Data parallelism applied from outside: the model code stays single-device (docs/design.md, "Training stages" and "Layout").
 
     torchrun --nproc_per_node N -m cosmos3_robot.cli train ...
 

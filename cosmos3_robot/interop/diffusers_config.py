@@ -72,13 +72,8 @@ def _effective_rope_sections(head_dim: int, axes: list[int] | tuple[int, ...]) -
     return pairs - h - w, h, w
 
 
-def config_from_diffusers(
-    cfg: dict[str, Any], num_train_timesteps: int = 1000
-) -> tuple[ModelConfig, DiffusersCompat]:
-    """A Diffusers `Cosmos3OmniTransformer` config.json -> (ModelConfig, DiffusersCompat).
-
-    Raises ValueError naming the field for anything we cannot represent exactly.
-    """
+def _check_representable(cfg: dict[str, Any]) -> None:
+    """Raise naming the field unless our towers can represent this config exactly."""
     name = cfg.get("_class_name")
     if name != DIFFUSERS_CLASS:
         raise ValueError(
@@ -91,36 +86,53 @@ def config_from_diffusers(
         raise ValueError(
             f"Diffusers config fields {unknown} are not understood by this importer; refusing to guess"
         )
-
-    def get(key: str, default: Any) -> Any:
-        return cfg.get(key, default)
-
-    act = get("hidden_act", "silu")
+    act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(
             f"Diffusers config hidden_act={act!r}: the Nemotron backbone (relu2 MLP, Nemotron RMSNorm) is not "
             "supported; only the Qwen3 backbone (hidden_act='silu') maps onto our towers"
         )
-    hidden, heads, head_dim = get("hidden_size", 4096), get("num_attention_heads", 32), get("head_dim", 128)
-    p, c = get("latent_patch_size", 2), get("latent_channel", 48)
-    if get("patch_latent_dim", 192) != p * p * c:
+    p, c = cfg.get("latent_patch_size", 2), cfg.get("latent_channel", 48)
+    if cfg.get("patch_latent_dim", 192) != p * p * c:
         raise ValueError(
-            f"Diffusers config patch_latent_dim={get('patch_latent_dim', 192)} != latent_patch_size² · latent_channel "
-            f"= {p * p * c}; the 2x2 patch merge would not line up"
+            f"Diffusers config patch_latent_dim={cfg.get('patch_latent_dim', 192)} != latent_patch_size² · "
+            f"latent_channel = {p * p * c}; the 2x2 patch merge would not line up"
         )
-    rope_scaling = get("rope_scaling", None) or {}
+
+
+def _rope_sections(cfg: dict[str, Any], head_dim: int) -> tuple[int, int, int]:
+    """The (t, h, w) rotation pairs of the config's M-RoPE."""
+    rope_scaling = cfg.get("rope_scaling", None) or {}
     rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
     if rope_type not in ("default", "mrope"):
         raise ValueError(
             f"Diffusers config rope_scaling type {rope_type!r} is not supported (only default / mrope)"
         )
-    axes = get("rope_axes_dim", None) or rope_scaling.get("mrope_section", [24, 20, 20])
+    axes = cfg.get("rope_axes_dim", None) or rope_scaling.get("mrope_section", [24, 20, 20])
     sections = _effective_rope_sections(head_dim, axes)
     if 3 * max(sections[1:]) > head_dim // 2:
         raise ValueError(
             f"Diffusers config rope_axes_dim={list(axes)} selects (t, h, w) = {sections} rotation pairs of "
             f"head_dim={head_dim}; our AttentionConfig needs 3·max(h, w) <= head_dim/2 — set rope_axes_dim explicitly"
         )
+    return sections
+
+
+def config_from_diffusers(
+    cfg: dict[str, Any], num_train_timesteps: int = 1000
+) -> tuple[ModelConfig, DiffusersCompat]:
+    """A Diffusers `Cosmos3OmniTransformer` config.json -> (ModelConfig, DiffusersCompat).
+
+    Raises ValueError naming the field for anything we cannot represent exactly.
+    """
+    _check_representable(cfg)
+
+    def get(key: str, default: Any) -> Any:
+        return cfg.get(key, default)
+
+    hidden, heads, head_dim = get("hidden_size", 4096), get("num_attention_heads", 32), get("head_dim", 128)
+    p, c = get("latent_patch_size", 2), get("latent_channel", 48)
+    sections = _rope_sections(cfg, head_dim)
     qk_text = bool(get("qk_norm_for_text", True))
     margin = get("unified_3d_mrope_temporal_modality_margin", 15000)
     base_fps = float(get("base_fps", 24))

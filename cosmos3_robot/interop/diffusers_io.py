@@ -328,8 +328,3 @@ def export_diffusers_cosmos3(
         (path / INDEX_NAME).unlink(missing_ok=True)
     _atomic_write_bytes(path / "config.json", json.dumps(diff_cfg, indent=2, sort_keys=True).encode())
     return path
-
-
-# ----------------------------------------------------------------------------------------------
-# CLI: Diffusers folder <-> our checkpoint format (`model.checkpoint`), the compat info in its meta
-# ----------------------------------------------------------------------------------------------

@@ -304,6 +304,45 @@ def _init_generator_only(model: MoT) -> None:
         nn.init.zeros_(model.time_embed.linear_2.bias)
 
 
+def _checked_dtype(
+    folder: Path, where: dict[str, Path], layout: dict, expected: set[str], dtype: torch.dtype | None
+) -> torch.dtype:
+    """Check shapes and dtypes from the safetensors headers before reading any data; returns the
+    dtype to load in (the stored one, which must then be uniform, when `dtype` is None)."""
+    shapes, dtypes = {}, {}
+    for path in sorted(set(where.values())):
+        with safe_open(str(path), framework="pt") as f:
+            for k in f.keys():
+                s = f.get_slice(k)
+                shapes[k], dtypes[k] = tuple(s.get_shape()), s.get_dtype()
+    bad_shape = [
+        f"{k}: {shapes[k]} != {layout[k][1]}"
+        for k in sorted(expected & set(where))
+        if shapes[k] != layout[k][1]
+    ]
+    if bad_shape:
+        raise ValueError(f"{folder}: shape mismatches (stored != expected): {bad_shape}")
+    stored = {STORED_DTYPES[v] for v in dtypes.values() if v in STORED_DTYPES}
+    not_float = sorted(k for k, v in dtypes.items() if v not in STORED_DTYPES)
+    if not_float:
+        raise ValueError(
+            f"{folder}: tensors {not_float} are not floating point (quantised?); dtype {dtype} cannot be honoured"
+        )
+    if dtype is None:
+        if len(stored) != 1:
+            groups: dict[str, list[str]] = {}
+            for k, v in sorted(dtypes.items()):
+                groups.setdefault(v, []).append(k)
+            common = max(groups, key=lambda v: len(groups[v]))
+            odd = {v: names[:10] + ([f"... {len(names) - 10} more"] if len(names) > 10 else [])
+                   for v, names in groups.items() if v != common}  # fmt: skip
+            raise ValueError(
+                f"{folder}: mixed stored dtypes (most tensors {common}; others {odd}); pass dtype= explicitly"
+            )
+        dtype = stored.pop()
+    return dtype
+
+
 def load_qwen3vl(
     folder: str | Path,
     dtype: torch.dtype | str | None = None,
@@ -337,38 +376,7 @@ def load_qwen3vl(
             f"{folder}: tensors do not match a Qwen3-VL of this config; missing {missing}; unexpected {extra}"
         )
 
-    # Check shapes and dtypes from the headers before reading any data.
-    shapes, dtypes = {}, {}
-    for path in sorted(set(where.values())):
-        with safe_open(str(path), framework="pt") as f:
-            for k in f.keys():
-                s = f.get_slice(k)
-                shapes[k], dtypes[k] = tuple(s.get_shape()), s.get_dtype()
-    bad_shape = [
-        f"{k}: {shapes[k]} != {layout[k][1]}"
-        for k in sorted(expected & set(where))
-        if shapes[k] != layout[k][1]
-    ]
-    if bad_shape:
-        raise ValueError(f"{folder}: shape mismatches (stored != expected): {bad_shape}")
-    stored = {STORED_DTYPES[v] for v in dtypes.values() if v in STORED_DTYPES}
-    not_float = sorted(k for k, v in dtypes.items() if v not in STORED_DTYPES)
-    if not_float:
-        raise ValueError(
-            f"{folder}: tensors {not_float} are not floating point (quantised?); dtype {dtype} cannot be honoured"
-        )
-    if dtype is None:
-        if len(stored) != 1:
-            groups: dict[str, list[str]] = {}
-            for k, v in sorted(dtypes.items()):
-                groups.setdefault(v, []).append(k)
-            common = max(groups, key=lambda v: len(groups[v]))
-            odd = {v: names[:10] + ([f"... {len(names) - 10} more"] if len(names) > 10 else [])
-                   for v, names in groups.items() if v != common}  # fmt: skip
-            raise ValueError(
-                f"{folder}: mixed stored dtypes (most tensors {common}; others {odd}); pass dtype= explicitly"
-            )
-        dtype = stored.pop()
+    dtype = _checked_dtype(folder, where, layout, expected, dtype)
 
     targets = {"mot": model, "vit": vit}
     for path in sorted(set(where.values())):

@@ -99,14 +99,6 @@ class ReasonerCache:
             next_position=self.next_position[idx],
         )
 
-    def repeat(self, n: int) -> ReasonerCache:
-        """Each sample's cache repeated n times along the batch (sample-major)."""
-        return ReasonerCache(
-            kv=[(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in self.reasoner_kv],
-            valid=None if self.valid is None else self.valid.repeat_interleave(n, 0),
-            next_position=self.next_position.repeat_interleave(n, 0),
-        )
-
 
 @dataclass
 class ReasonerOutput:

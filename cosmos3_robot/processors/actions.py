@@ -10,7 +10,7 @@ for inputs (`encode`) and outputs (`decode`).
     raw (..., D) ──normalise──► (..., D) in ≈[-1, 1] ──pad──► (..., W), mask (W,)   [encode]
     model output (..., W) ──drop padding──► (..., D) ──unnormalise──► raw (..., D)  [decode]
 
-Normalisation is `datasets.normalize.Normalizer` (one affine map per key: mean_std, or min_max
+Normalisation is `processors.normalize.Normalizer` (one affine map per key: mean_std, or min_max
 onto [-1, 1]); this module only evaluates it in float64, so that `decode(encode(a))` returns `a`
 up to float64 rounding (≈1e-16 relative) for float64 actions and to float32 rounding for float32
 actions, whatever the magnitude of the statistics.
@@ -69,7 +69,7 @@ class ActionTransform:
 
     name: the dataset (LeRobot repo id) or robot; embodiment_id: index of its action projection;
     width: the model's shared action width (padding target); normalizer: this dataset's
-    statistics (`datasets.normalize.Normalizer`), read under `key`.
+    statistics (`processors.normalize.Normalizer`), read under `key`.
     """
 
     name: str

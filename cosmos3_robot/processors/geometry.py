@@ -57,7 +57,7 @@ def latent_frame_times(frame_times_s: Tensor) -> Tensor:
         conditions on latent k at time t[4k] does not peek into the future);
       * at a constant frame rate the latent times are then t[0], t[4], t[8], ... — evenly spaced by
         4 / fps, including the step from latent 0 to latent 1 (the mean would give a 2.5-frame step
-        there and 4-frame steps after), which matches DESIGN.md's unit of "one latent frame at 24 fps".
+        there and 4-frame steps after), which matches the unit of docs/design.md ("Position encoding") of "one latent frame at 24 fps".
     """
     if frame_times_s.ndim != 1:
         raise ValueError(f"frame_times_s must be 1-D (T,), got shape {tuple(frame_times_s.shape)}")

@@ -55,7 +55,7 @@ def _step(title: str) -> float:
     return time.perf_counter()
 
 
-def evaluate(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
+def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
     """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
     rerun recording of the first clip (truth vs prediction, frames and actions)."""
     from cosmos3_robot.eval.metrics import latent_spread, later_latent_use, psnr
@@ -202,7 +202,9 @@ def main(argv: list[str]) -> int:
     from cosmos3_robot.policies.world_model import WorldModel
 
     world = WorldModel.from_folder(summary["model"], vae=data.vae)  # the VAE it was trained with
-    open_loop = evaluate(world, data, args.eval_clips, args.sampling_steps, rrd=out / "forward_dynamics.rrd")
+    open_loop = evaluate_world_model(
+        world, data, args.eval_clips, args.sampling_steps, rrd=out / "forward_dynamics.rrd"
+    )
     runner = PolicyRunner(world, execute=4, sampling=SamplingConfig(steps=args.sampling_steps))
     closed = rollout(args.env, runner, args.eval_episodes, seed=10_000)
     timings["eval_s"] = time.perf_counter() - t

@@ -4,7 +4,7 @@ Axis glossary:  B batch · La Reasoner tokens · C latent channels · T latent f
                 Na action samples · A (padded) action width · Ns audio tokens
 
 A mode differs from another only in which Generator tokens are clean (conditioning, σ = 0) and which
-are noised (generated) — DESIGN.md §1:
+are noised (generated) — docs/design.md, "The three action modes":
 
     mode               clean                              generated
     forward_dynamics   observed frames + all actions      future frames (+ future audio)

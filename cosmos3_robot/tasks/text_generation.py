@@ -1,6 +1,6 @@
 """Text generation with the Reasoner: greedy or sampled (temperature, top-k, top-p), seeded.
 
-The prompt (text, or text + ViT tokens from `multimodal.build_reasoner_inputs`) runs once through
+The prompt (text, or text + ViT tokens from `encoders.vision_inputs.build_reasoner_inputs`) runs once through
 `MoT.reason`; each new token then runs through `MoT.decode` against a preallocated KV cache. The
 first new token's position is the one after the prompt's largest position (Qwen3-VL's
 "rope delta"), which `MoT.reason` works out from the prompt positions.
@@ -19,7 +19,7 @@ from cosmos3_robot.model.mot import MoT
 
 
 @dataclass
-class SamplingConfig:
+class TextSamplingConfig:
     max_new_tokens: int = 32
     do_sample: bool = False  # False: greedy (argmax); the other sampling fields are then unused
     temperature: float = 1.0
@@ -32,16 +32,16 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(
-                f"SamplingConfig.max_new_tokens must be a positive int, got {self.max_new_tokens!r}"
+                f"TextSamplingConfig.max_new_tokens must be a positive int, got {self.max_new_tokens!r}"
             )
         if not self.temperature > 0:
             raise ValueError(
-                f"SamplingConfig.temperature must be > 0 (use do_sample=False for greedy), got {self.temperature}"
+                f"TextSamplingConfig.temperature must be > 0 (use do_sample=False for greedy), got {self.temperature}"
             )
         if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"SamplingConfig.top_k must be >= 1 or None, got {self.top_k}")
+            raise ValueError(f"TextSamplingConfig.top_k must be >= 1 or None, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingConfig.top_p must be in (0, 1] or None, got {self.top_p}")
+            raise ValueError(f"TextSamplingConfig.top_p must be in (0, 1] or None, got {self.top_p}")
         if isinstance(self.eos_token_id, int):
             self.eos_token_id = (self.eos_token_id,)
         elif self.eos_token_id is not None:
@@ -73,7 +73,7 @@ def filter_logits(
     return x
 
 
-def next_token(logits: Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None) -> Tensor:
+def next_token(logits: Tensor, cfg: TextSamplingConfig, generator: torch.Generator | None = None) -> Tensor:
     """(B, V) logits -> (B,) token ids."""
     if not cfg.do_sample:
         return logits.argmax(-1)
@@ -90,7 +90,7 @@ def generate(
     inputs_embeds: Tensor | None = None,
     positions: Tensor | None = None,
     deepstack: list[Tensor] | None = None,
-    config: SamplingConfig | None = None,
+    config: TextSamplingConfig | None = None,
     **overrides,
 ) -> GenerationOutput:
     """Generate up to max_new_tokens per sample after right-padded prompts (`lengths`).
@@ -99,7 +99,7 @@ def generate(
     and video); sampling options come from `config` and/or keyword overrides, e.g.
     `generate(model, ids, max_new_tokens=20, do_sample=True, top_p=0.9, seed=0)`.
     """
-    cfg = SamplingConfig(**{**(config.__dict__ if config is not None else {}), **overrides})
+    cfg = TextSamplingConfig(**{**(config.__dict__ if config is not None else {}), **overrides})
     out = model.reason(
         input_ids,
         lengths=lengths,

@@ -1,6 +1,6 @@
 """The typed schema of `cosmos3-robot train`.
 
-These dataclasses are the source of truth (DESIGN.md §2 "configs"): Hydra composes the yaml files
+These dataclasses are the source of truth (docs/design.md, "Configs"): Hydra composes the yaml files
 in `cosmos3_robot/conf/` on top of them at the entry point (`train.py`), and the trainer only ever
 sees a plain `TrainConfig`. Each section validates itself in `__post_init__` with an error that
 says which field to change.
@@ -92,7 +92,7 @@ class SigmaSection:
 
 @dataclass
 class GeneratorSection:
-    """How the generator stage mixes the action modes (DESIGN.md §1, "Training mixes the modes")."""
+    """How the generator stage mixes the action modes (docs/design.md, "Training mixes the modes")."""
 
     modes: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MODES))
     mode_mix: str = "per_sample"  # "per_sample" or "per_batch"

@@ -1,5 +1,5 @@
 """The trainer for stage 1 (Reasoner + ViT, next-token prediction) and stage 2 (Generator, flow
-matching over mixed action modes). DESIGN.md §"Training stages".
+matching over mixed action modes). docs/design.md, "Training stages".
 
     stage "reasoner"                          stage "generator"
     TextBatch ─► [ViT] ─► Reasoner ─► CE      ClipBatch ─► Reasoner (frozen, no_grad) ─► cache

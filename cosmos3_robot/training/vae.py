@@ -1,6 +1,6 @@
 """Train the small Wan2.2-layout video VAE on a LeRobot dataset (`cosmos3-robot train-vae`).
 
-Stage 0 of DESIGN.md: where no pretrained VAE is given, one must exist before it can be frozen.
+Stage 0 of docs/design.md ("Training stages"): where no pretrained VAE is given, one must exist before it can be frozen.
 
     cosmos3-robot train-vae --repo-id local/push --root data/push --out runs/vae \
         --preset sim-small --steps 2000 --max-minutes 12
@@ -205,7 +205,7 @@ def vae_loss(vae: VideoVAE, frames: Tensor, cfg: VAETrainConfig) -> tuple[Tensor
 
 
 @torch.no_grad()
-def evaluate(vae: VideoVAE, clips: Tensor, batch: int = 4) -> dict[str, float]:
+def evaluate_reconstruction(vae: VideoVAE, clips: Tensor, batch: int = 4) -> dict[str, float]:
     """Mean PSNR over all frames of the clips, and split: frame 0 (image path) vs frames 1..4; the
     `latent_spread` of the clips' latents and the decoder's `later_latent_use` (None for one clip)."""
     was_training = vae.training
@@ -240,7 +240,7 @@ def latent_stats(vae: VideoVAE, clips: Tensor, batch: int = 4) -> tuple[Tensor, 
 # Checkpoints: one safetensors file, written atomically
 
 
-def save_checkpoint(
+def save_vae_checkpoint(
     path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator, meta: dict
 ) -> None:
     tensors = {f"model.{k}": v for k, v in vae.autoencoder.state_dict().items()}
@@ -254,7 +254,7 @@ def save_checkpoint(
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator) -> dict:
+def load_vae_checkpoint(path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator) -> dict:
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -313,7 +313,7 @@ class VAETrainer:
         self.history: list[dict] = []
         self.step, self.train_seconds, self.start_step = 0, 0.0, 0
         if self.ckpt_path.exists():
-            meta = load_checkpoint(self.ckpt_path, self.vae, self.opt, self.gen)
+            meta = load_vae_checkpoint(self.ckpt_path, self.vae, self.opt, self.gen)
             self.step, self.history = meta["step"], meta["history"]
             self.train_seconds, self.start_step = meta.get("train_seconds", 0.0), meta["step"]
             log(f"resumed from {self.ckpt_path} at step {self.step}")
@@ -353,7 +353,7 @@ class VAETrainer:
         return loss.item(), parts
 
     def evaluate(self, parts: dict[str, float]) -> dict:
-        scores = evaluate(self.vae, self.eval_clips)
+        scores = evaluate_reconstruction(self.vae, self.eval_clips)
         self.history.append(
             {"step": self.step, "train_seconds": round(self.train_seconds, 1), **parts, **scores}
         )
@@ -372,7 +372,7 @@ class VAETrainer:
             "data": self.info,
         }
         self.out.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(self.ckpt_path, self.vae, self.opt, self.gen, meta)
+        save_vae_checkpoint(self.ckpt_path, self.vae, self.opt, self.gen, meta)
         self.vae.save_pretrained(self.out / "vae")
         tmp = self.out / ".train_log.json.tmp"
         tmp.write_text(json.dumps(meta, indent=2))

@@ -1,6 +1,6 @@
 """Generator-stage data: LeRobot clips (and action-free mp4 clips) -> ClipBatches, through the
-frozen VAE or the latent cache. The configuration and the helpers both stages share are in
-`training/data.py`; see its docstring for the whole pipeline.
+frozen VAE or the latent cache. The configuration is in `training/data/config.py`, the helpers both stages share in
+`training/data/common.py`; `training/data/__init__.py` describes the whole pipeline.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "cosmos3_robot" / "latents"
 
 def _anchor_frames(ds: ClipDataset) -> np.ndarray:
     """Frame index (within its episode) of each clip's anchor."""
-    return ds._frame[ds.anchors]
+    return ds.row_frame[ds.anchors]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class GeneratorData:
         self.split = split_dataset(cfg, meta, self.name)
         # One ClipDataset over every episode; the split picks clip indices (clips never cross episodes).
         self.ds = clip_dataset(cfg, self.spec, None)
-        episode = self.ds._episode[self.ds.anchors]
+        episode = self.ds.row_episode[self.ds.anchors]
         on_grid = _anchor_frames(self.ds) % cfg.clip_stride == 0
         self.train_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.train))
         self.val_idx = np.flatnonzero(on_grid & np.isin(episode, self.split.val))
@@ -108,63 +108,9 @@ class GeneratorData:
                 f"{cfg.num_frames} frames / {cfg.num_actions} actions; use pad=True or shorter clips"
             )
 
-        # Actions: this dataset's statistics, padded to the model's action width.
-        self.action_transform: ActionTransform | None = None
         self.embodiments = EmbodimentRegistry()
-        if cfg.num_actions > 0:
-            width = cfg.action_width or model_cfg.action_dim
-            if width is None:
-                raise ValueError(
-                    "the model has no action input (ModelConfig.action_dim=None); set num_actions=0"
-                )
-            if model_cfg.action_dim is not None and width != model_cfg.action_dim:
-                raise ValueError(
-                    f"DataConfig.action_width={width} differs from the model's action_dim={model_cfg.action_dim}"
-                )
-            if not meta.stats or cfg.action_key not in meta.stats:
-                raise ValueError(
-                    f"dataset {self.name}: no statistics for key {cfg.action_key!r} in meta/stats.json"
-                )
-            if isinstance(cfg.embodiment, int):
-                emb_name, emb_id = meta.repo_id, cfg.embodiment
-                self.embodiments.ids[emb_name] = emb_id
-            else:
-                emb_name, emb_id = cfg.embodiment, self.embodiments.id_for(cfg.embodiment)
-            if emb_id >= model_cfg.num_embodiments:
-                raise ValueError(
-                    f"DataConfig.embodiment={emb_id} but the model has {model_cfg.num_embodiments} action "
-                    "projections (ModelConfig.num_embodiments)"
-                )
-            self.embodiment_id = emb_id
-            self.action_transform = ActionTransform(
-                name=emb_name,
-                embodiment_id=emb_id,
-                width=width,
-                normalizer=Normalizer.from_lerobot_stats(meta.stats, {cfg.action_key: cfg.action_norm}),
-                key=cfg.action_key,
-            )
-
-        # Action-free clips at the same video rate (so latents share the time axis).
-        self.free_ds: VideoFolderDataset | None = None
-        self.free_idx = np.zeros(0, dtype=np.int64)
-        if cfg.action_free_folder is not None:
-            self.free_ds = VideoFolderDataset(
-                VideoFolderConfig(
-                    folder=cfg.action_free_folder,
-                    spec=ClipSpec(
-                        num_frames=cfg.num_frames,
-                        video_fps=self.fps / self.frame_step,
-                        num_actions=0,
-                        pad=cfg.pad,
-                    ),
-                    image_size=self.image_size,
-                    return_uint8=True,
-                )
-            )
-            self.free_idx = np.array(
-                [n for n, (_, i) in enumerate(self.free_ds.anchors) if i % cfg.clip_stride == 0],
-                dtype=np.int64,
-            )
+        self.action_transform = self._action_transform(meta) if cfg.num_actions > 0 else None
+        self.free_ds, self.free_idx = self._action_free_clips()
 
         self.vae = load_vae(cfg.vae, model_cfg.latent_channels, preset=cfg.vae_preset, seed=cfg.seed)
         self.vae_fingerprint = vae_fingerprint(self.vae)  # frozen here: hashed once, not per state()
@@ -174,6 +120,60 @@ class GeneratorData:
             self.cache = self._open_cache()
         self.encoder = CachedEncoder(self.vae, self.cache)
         self._val: list[ClipBatch] | None = None
+
+    def _action_transform(self, meta) -> ActionTransform:
+        """This dataset's action statistics, padded to the model's action width."""
+        cfg, model_cfg = self.cfg, self.model_cfg
+        width = cfg.action_width or model_cfg.action_dim
+        if width is None:
+            raise ValueError("the model has no action input (ModelConfig.action_dim=None); set num_actions=0")
+        if model_cfg.action_dim is not None and width != model_cfg.action_dim:
+            raise ValueError(
+                f"DataConfig.action_width={width} differs from the model's action_dim={model_cfg.action_dim}"
+            )
+        if not meta.stats or cfg.action_key not in meta.stats:
+            raise ValueError(
+                f"dataset {self.name}: no statistics for key {cfg.action_key!r} in meta/stats.json"
+            )
+        if isinstance(cfg.embodiment, int):
+            emb_name, emb_id = meta.repo_id, cfg.embodiment
+            self.embodiments.ids[emb_name] = emb_id
+        else:
+            emb_name, emb_id = cfg.embodiment, self.embodiments.id_for(cfg.embodiment)
+        if emb_id >= model_cfg.num_embodiments:
+            raise ValueError(
+                f"DataConfig.embodiment={emb_id} but the model has {model_cfg.num_embodiments} action "
+                "projections (ModelConfig.num_embodiments)"
+            )
+        self.embodiment_id = emb_id
+        return ActionTransform(
+            name=emb_name,
+            embodiment_id=emb_id,
+            width=width,
+            normalizer=Normalizer.from_lerobot_stats(meta.stats, {cfg.action_key: cfg.action_norm}),
+            key=cfg.action_key,
+        )
+
+    def _action_free_clips(self) -> tuple[VideoFolderDataset | None, np.ndarray]:
+        """Action-free clips at the same video rate (so latents share the time axis)."""
+        cfg = self.cfg
+        if cfg.action_free_folder is None:
+            return None, np.zeros(0, dtype=np.int64)
+        free_ds = VideoFolderDataset(
+            VideoFolderConfig(
+                folder=cfg.action_free_folder,
+                spec=ClipSpec(
+                    num_frames=cfg.num_frames,
+                    video_fps=self.fps / self.frame_step,
+                    num_actions=0,
+                    pad=cfg.pad,
+                ),
+                image_size=self.image_size,
+                return_uint8=True,
+            )
+        )
+        on_grid = [n for n, (_, i) in enumerate(free_ds.anchors) if i % cfg.clip_stride == 0]
+        return free_ds, np.array(on_grid, dtype=np.int64)
 
     # -- latent cache ------------------------------------------------------------------------
     def _cache_layout(self) -> tuple[list[int], int]:

@@ -1,6 +1,6 @@
 """Reasoner-stage data: questions about the scene at one frame (from the recorded simulator state)
 and captions, answered in text; with a ViT the frame is shown first as Qwen3-VL image placeholders.
-Labels are next-token targets on the answer only. See `training/data.py` for the generator stage.
+Labels are next-token targets on the answer only. See `training/data/__init__.py` for the generator stage.
 """
 
 from __future__ import annotations
@@ -105,13 +105,13 @@ class ReasonerData:
             )
         rows = []
         for i in range(len(table)):
-            if ds._frame[i] % self.cfg.clip_stride:
+            if ds.row_frame[i] % self.cfg.clip_stride:
                 continue
             rows.append(
                 {
                     "row": i,
-                    "episode": int(ds._episode[i]),
-                    "frame": int(ds._frame[i]),
+                    "episode": int(ds.row_episode[i]),
+                    "frame": int(ds.row_frame[i]),
                     "task": tasks[int(task_index[i])],
                     "env": None if env is None else env[i],
                 }
@@ -125,14 +125,14 @@ class ReasonerData:
         )  # fmt: skip
 
     def _image(self, frame: Tensor) -> tuple[Tensor, Tensor]:
-        from cosmos3_robot.encoders.vit import patchify
+        from cosmos3_robot.encoders.vit import image_patches
 
         s = self.vit_size
         x = frame.float()[None]
         if tuple(x.shape[-2:]) != (s, s):
             x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
         x = (x.clamp(0, 1) - 0.5) / 0.5  # Qwen-VL's image mean/std of 0.5
-        return patchify(x, self.vit.config)  # (N, patch_dim), (1, 3)
+        return image_patches(x, self.vit.config)  # (N, patch_dim), (1, 3)
 
     def text_batch(self, rows: list[dict[str, Any]], frames: list[Tensor] | None = None) -> TextBatch:
         tok = self.tokenizer

@@ -1,5 +1,5 @@
 """Synthetic data: random-but-learnable clips and text in the model's shapes, for smoke runs, tests
-and throughput measurements. Implements the trainer's `DataSource` protocol (`training.batches`).
+and throughput measurements. Implements the trainer's `DataSource` protocol (`training/data/batches.py`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from cosmos3_robot.flow import (
 )
 from cosmos3_robot.model import GenInput, MoT, ReasonerCache, preset
 from cosmos3_robot.tasks.sampling import Prompt, sample
-from tests.test_model_core import make_gen
+from tests.builders import make_gen
 
 
 def test_target_is_exact_velocity_of_the_path():

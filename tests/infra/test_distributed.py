@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ def train_losses(out) -> list[float]:
 
 
 def run(args: list[str], tmp_path, nproc: int | None = None) -> None:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(Path(__file__).resolve().parents[2])  # the repository, for `-m cosmos3_robot.cli`
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     if nproc:
@@ -31,7 +32,8 @@ def run(args: list[str], tmp_path, nproc: int | None = None) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
+@pytest.mark.slow  # 10-20 s of torchrun start-up: `make test-slow`
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_torchrun_two_ranks_matches_single_process(tmp_path, strategy):
     single, multi = tmp_path / "single", tmp_path / "multi"
     # Same global batch (4); one process does it as 2 micro-batches of 2, as the 2 ranks do.

@@ -12,7 +12,7 @@ from cosmos3_robot.infra import cpu_pack
 from cosmos3_robot.infra.cpu_pack import PackedConcat, PackedLinear, pack_for_cpu, unpack
 from cosmos3_robot.model.attention import TowerAttention
 from cosmos3_robot.model.layers import GatedMLP
-from tests.test_model_core import make_gen, tiny_model
+from tests.builders import make_gen, tiny_model
 
 pytestmark = pytest.mark.skipif(not cpu_pack.available(), reason="PyTorch built without oneDNN")
 

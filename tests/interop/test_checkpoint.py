@@ -13,7 +13,7 @@ from safetensors import safe_open
 from cosmos3_robot.encoders.vit import ViT, vit_preset
 from cosmos3_robot.interop.checkpoint import load_model, save_model
 from cosmos3_robot.model import MoT, preset
-from tests.test_model_core import make_gen, tiny_model
+from tests.builders import make_gen, tiny_model
 
 
 def tiny_vit() -> ViT:
@@ -114,11 +114,11 @@ def test_dtype_on_load_and_errors(tmp_path):
 
 
 def test_vit_shapes_and_patchify():
-    from cosmos3_robot.encoders.vit import patchify
+    from cosmos3_robot.encoders.vit import image_patches
 
     vit = tiny_vit()
     frames = torch.randn(1, 3, 16, 16)  # one image: 4x4 patches -> 4 tokens
-    pix, grid = patchify(frames, vit.config)
+    pix, grid = image_patches(frames, vit.config)
     assert grid.tolist() == [[1, 4, 4]] and pix.shape == (16, vit.config.patch_dim)
     with torch.no_grad():
         out = vit(pix, grid)

@@ -101,9 +101,20 @@ def test_hard_kill_never_corrupts_committed_episodes(tmp_path):
 def test_resume_with_other_image_size_is_refused(tmp_path):
     record_small(tmp_path / "r", episodes=1)
     with pytest.raises(ValueError, match="observation.image"):
-        record_small(tmp_path / "r", episodes=2, image_size=48)
+        record_small(tmp_path / "r", episodes=2, image_size=64)
     with pytest.raises(ValueError, match="fps"):
         record_small(tmp_path / "r", episodes=2, fps=30)
+    with pytest.raises(
+        ValueError, match="holds episodes of cosmos3_robot/Reach-v0.*--env cosmos3_robot/Reach-v0"
+    ):
+        record_small(tmp_path / "r", "cosmos3_robot/Push-v0", episodes=2)
+    for bad, match in (
+        ({"image_size": 50}, "--image-size 50.*divisible by 32"),
+        ({"noise": float("nan")}, "--noise"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            record_small(tmp_path / "fresh", episodes=1, **bad)
+        assert not (tmp_path / "fresh").exists()  # refused before anything was written
 
 
 def test_cli_help_explains(capsys):
@@ -167,3 +178,16 @@ def test_lerobot_dataset_viz_writes_rrd(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     files = list(out.glob("*.rrd"))
     assert files and files[0].stat().st_size > 1000
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
+    import fcntl
+
+    root = tmp_path / "locked"
+    with open(tmp_path / ".locked.record-lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `record` holds it
+        with pytest.raises(RuntimeError, match="another `cosmos3-robot record` is writing"):
+            record_small(root, episodes=1)
+    assert not root.exists()
+    record_small(root, episodes=1)  # released: recording goes ahead
+    assert (root / "meta" / "info.json").exists()

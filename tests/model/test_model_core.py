@@ -7,51 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from cosmos3_robot.model import GenInput, MoT, count_parameters, preset, series_stream, video_stream
+from cosmos3_robot.model import GenInput, MoT, count_parameters, preset
 from cosmos3_robot.model.config import AttentionConfig, ModelConfig, TowerConfig
 from cosmos3_robot.model.rope import rope_cos_sin, text_positions, time_positions, video_positions
+from tests.builders import make_gen, tiny_model
 from tests.reference import dense_forward
-
-
-def tiny_model(seed: int = 0, **overrides) -> MoT:
-    torch.manual_seed(seed)
-    cfg = dataclasses.replace(preset("tiny"), **overrides)
-    m = MoT(cfg).eval()
-    # Non-trivial norms and modality embeddings so that a wrong wiring cannot hide.
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name or name.endswith("_embed"):
-                p.add_(0.1 * torch.randn_like(p))
-    return m
-
-
-def make_gen(b: int, frames: list[int], actions: list[int], audio: list[int], seed: int = 1) -> GenInput:
-    """A padded batch: sample i has frames[i] latent frames, actions[i] action tokens, audio[i] audio tokens."""
-    g = torch.Generator().manual_seed(seed)
-    cfg = preset("tiny")
-    t_max, a_max, s_max = max(frames), max(actions), max(audio)
-    lat = torch.randn(b, cfg.latent_channels, t_max, 4, 4, generator=g)
-    ftime = torch.arange(t_max).float().expand(b, t_max) / 6.0
-    fvalid = torch.arange(t_max)[None] < torch.tensor(frames)[:, None]
-    noisy = torch.arange(t_max)[None].expand(b, t_max) >= 1
-    video = video_stream(lat, ftime, noisy, torch.rand(b, generator=g), frame_valid=fvalid)
-    avalid = torch.arange(a_max)[None] < torch.tensor(actions)[:, None]
-    action = series_stream(
-        torch.randn(b, a_max, cfg.action_dim, generator=g),
-        torch.arange(a_max).float().expand(b, a_max) / 20.0,
-        torch.ones(b, a_max, dtype=torch.bool),
-        torch.rand(b, generator=g),
-        valid=avalid,
-        embodiment=torch.arange(b) % cfg.num_embodiments,
-    )
-    svalid = torch.arange(s_max)[None] < torch.tensor(audio)[:, None]
-    sound = series_stream(
-        torch.randn(b, s_max, cfg.audio_dim, generator=g),
-        torch.arange(s_max).float().expand(b, s_max) / 25.0,
-        torch.zeros(b, s_max, dtype=torch.bool),
-        valid=svalid,
-    )
-    return GenInput(video=video, audio=sound, action=action)
 
 
 def _select(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -14,25 +14,7 @@ from cosmos3_robot.scripts.train import compose, main
 from cosmos3_robot.training.config import TrainConfig
 from cosmos3_robot.training.data.synthetic import SyntheticData
 from cosmos3_robot.training.trainer import Trainer
-
-
-def make_cfg(tmp_path, **kw) -> TrainConfig:
-    base = dict(stage="generator", steps=3, precision="fp32", out=str(tmp_path / "run"), log_every=1, val_every=0,
-                progress=False, ema_decay=0.9)  # fmt: skip
-    data = kw.pop("data", {})
-    optim = kw.pop("optim", {})
-    cfg = TrainConfig(**{**base, **kw})
-    cfg.data = dataclasses.replace(cfg.data, batch_size=4, **data)
-    cfg.optim = dataclasses.replace(cfg.optim, **{"warmup_steps": 1, "lr": 1e-3, **optim})
-    return cfg
-
-
-def make_trainer(tmp_path, data_kw=None, **kw) -> Trainer:
-    cfg = make_cfg(tmp_path, **kw)
-    torch.manual_seed(0)
-    model = MoT(preset("tiny"))
-    data = SyntheticData(model.config, cfg.stage, cfg.data.batch_size, batches_per_epoch=2, **(data_kw or {}))
-    return Trainer(cfg, data, model=model)
+from tests.builders import make_cfg, make_trainer
 
 
 def snapshot(params):

@@ -116,3 +116,14 @@ def test_expert_success_10_seeds(env_id):
 @pytest.mark.parametrize("hz", [10, 30])
 def test_expert_success_50_seeds(env_id, hz):
     assert expert_success(env_id, range(100, 150), control_hz=hz) >= 0.9
+
+
+def test_no_reset_starts_an_episode_that_is_already_over():
+    # Measured at 321b7ef: seed 114 of Reach put the fingertip on the goal, and `record` stopped.
+    env = gym.make("cosmos3_robot/Reach-v0", image_size=32)
+    u = env.unwrapped
+    for seed in range(300):
+        env.reset(seed=seed)
+        fingertip, goal = u.fingertip_xy, u.goal_xy
+        assert np.linalg.norm(fingertip - goal) >= 0.06, seed  # 3 success radii from the goal
+    env.close()

@@ -23,7 +23,7 @@ from cosmos3_robot.encoders.vision_inputs import (
     token_types,
     video_placeholder,
 )
-from cosmos3_robot.encoders.vit import patchify
+from cosmos3_robot.encoders.vit import image_patches
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.interop.qwen3vl import load_qwen3vl, model_config_from_hf, vit_config_from_hf
 from cosmos3_robot.model import preset
@@ -33,7 +33,7 @@ from cosmos3_robot.tasks.text_generation import generate
 
 transformers = pytest.importorskip("transformers")
 
-FIXTURE = Path(__file__).parent / "fixtures" / "qwen3_vl_8b_config.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "qwen3_vl_8b_config.json"
 TOK = dict(image_token_id=290, video_token_id=291, vision_start_token_id=292, vision_end_token_id=293)
 VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, temporal_patch_size=2,
               num_position_embeddings=16, deepstack_visual_indexes=[0, 1])  # fmt: skip
@@ -342,7 +342,7 @@ def test_patchify_matches_qwen_video_processor_layout():
 
     cfg = dataclasses.replace(vit_config_from_hf(json.loads(FIXTURE.read_text())), patch_size=4)
     frames = torch.randn(3, 3, 16, 24)  # 3 frames: the last one is repeated to fill the temporal patch
-    ours, grid = patchify(frames, cfg)
+    ours, grid = image_patches(frames, cfg)
     ref, t, h, w = Qwen3VLVideoProcessor.patchify(None, frames[None], 4, 2, 2)
     assert grid.tolist() == [[t, h, w]] and torch.equal(ours, ref[0])
 

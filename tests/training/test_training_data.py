@@ -125,8 +125,8 @@ def test_deterministic_per_epoch_and_seed(gen, reach):
     assert all(same(a, b) for a, b in zip(first, fresh.train_batches(0), strict=True))
     val = gen.val_batches()
     assert val and val is gen.val_batches()  # computed once, fixed order
-    assert set(gen.ds._episode[gen.ds.anchors[gen.val_idx]].tolist()) <= set(gen.split.val)
-    assert not set(gen.ds._episode[gen.ds.anchors[gen.train_idx]].tolist()) & set(gen.split.val)
+    assert set(gen.ds.row_episode[gen.ds.anchors[gen.val_idx]].tolist()) <= set(gen.split.val)
+    assert not set(gen.ds.row_episode[gen.ds.anchors[gen.train_idx]].tolist()) & set(gen.split.val)
     json.dumps(gen.state().to_dict())  # saved with checkpoints
     assert gen.state().details["split"]["val"] == gen.split.val
 

@@ -11,7 +11,7 @@ import torch
 from cosmos3_robot import files
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.training import checkpoint as ckpt
-from tests.test_trainer import make_trainer
+from tests.builders import make_trainer
 
 
 def losses(trainer):

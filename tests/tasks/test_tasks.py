@@ -12,7 +12,7 @@ from cosmos3_robot.flow import EulerSampler, SigmaSampler
 from cosmos3_robot.model import MoT, preset
 from cosmos3_robot.tasks import TASKS, ClipBatch, make_task
 
-# What DESIGN.md's table says each mode noises (True) or keeps clean (False); None = absent.
+# What the table of docs/design.md ("The three action modes") says each mode noises (True) or keeps clean (False); None = absent.
 TABLE = {
     "forward_dynamics": {"obs_video": False, "future_video": True, "action": False},
     "inverse_dynamics": {"obs_video": False, "future_video": False, "action": True},

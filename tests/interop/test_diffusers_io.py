@@ -69,13 +69,8 @@ def random_diffusers(cfg: dict, seed: int = 0) -> Cosmos3OmniTransformer:
     return m
 
 
-def from_pretrained(folder, monkeypatch) -> Cosmos3OmniTransformer:
-    """`Cosmos3OmniTransformer.from_pretrained`. Without `accelerate` (not a dependency here) Diffusers
-    refuses any model with `_keep_in_fp32_modules`; for float32 checkpoints that attribute changes nothing."""
-    from diffusers.utils import is_accelerate_available
-
-    if not is_accelerate_available():
-        monkeypatch.setattr(Cosmos3OmniTransformer, "_keep_in_fp32_modules", None)
+def from_pretrained(folder) -> Cosmos3OmniTransformer:
+    """Diffusers' own loader, as a user would call it (it needs `accelerate`, a dependency)."""
     return Cosmos3OmniTransformer.from_pretrained(folder).eval()
 
 
@@ -185,7 +180,7 @@ def test_import_and_export_match_diffusers_one_step(saved, tmp_path, monkeypatch
 
     # Export -> Diffusers from_pretrained -> the same outputs again (and every tensor bit-identical).
     export_diffusers_cosmos3(model, tmp_path / "exported", compat)
-    back = from_pretrained(tmp_path / "exported", monkeypatch)
+    back = from_pretrained(tmp_path / "exported")
     assert_same(diffusers_velocity(back, req, sigma), ref, atol=0.0)
     orig = ref_model.state_dict()
     for k, t in load_file(str(tmp_path / "exported" / WEIGHTS_NAME)).items():
@@ -288,7 +283,7 @@ def test_sharded_import_and_cli_round_trip(saved, tmp_path, monkeypatch):
     compat = meta["diffusers_compat"]
     assert compat["modality_margin"] == 500 and not compat["reset_spatial_ids"]
     assert export_main([str(tmp_path / "ours"), str(tmp_path / "back"), "--max-shard-gb", "0.00003"]) == 0
-    back = from_pretrained(tmp_path / "back", monkeypatch)
+    back = from_pretrained(tmp_path / "back")
     orig = ref_model.state_dict()
     for k, t in back.state_dict().items():
         assert torch.equal(t, orig[k]), k

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from cosmos3_robot.infra import cpu_kernels
 from cosmos3_robot.infra.cpu_pack import CPUTowerAttention, FusedRMSNorm, pack_for_cpu, unpack
 from cosmos3_robot.model.rope import rotation_table
-from tests.test_model_core import make_gen, tiny_model
+from tests.builders import make_gen, tiny_model
 
 needs_kernels = pytest.mark.skipif(not cpu_kernels.available(), reason="no C compiler: the kernels are off")
 

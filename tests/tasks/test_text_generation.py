@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cosmos3_robot.model import MoT, preset
-from cosmos3_robot.tasks.text_generation import SamplingConfig, filter_logits, generate, next_token
+from cosmos3_robot.tasks.text_generation import TextSamplingConfig, filter_logits, generate, next_token
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(model):
     greedy = generate(model, prompt, max_new_tokens=10).tokens
     assert torch.equal(generate(model, prompt, seed=9, top_k=1, **kw).tokens, greedy)
     assert torch.equal(generate(model, prompt, seed=9, top_p=1e-6, **kw).tokens, greedy)
-    cfg = SamplingConfig(max_new_tokens=10, do_sample=True, seed=7, temperature=1.5)
+    cfg = TextSamplingConfig(max_new_tokens=10, do_sample=True, seed=7, temperature=1.5)
     assert torch.equal(generate(model, prompt, config=cfg).tokens, a)
 
 
@@ -93,7 +93,7 @@ def test_filter_logits_top_k_and_top_p():
 
 def test_sampled_frequencies_follow_the_filtered_distribution():
     logits = torch.log(torch.tensor([0.5, 0.25, 0.15, 0.1])).expand(4000, 4)
-    cfg = SamplingConfig(do_sample=True, top_p=0.7)
+    cfg = TextSamplingConfig(do_sample=True, top_p=0.7)
     tok = next_token(logits, cfg, torch.Generator().manual_seed(0))
     freq = torch.bincount(tok, minlength=4).float() / len(tok)
     assert freq[2:].sum() == 0
@@ -104,5 +104,5 @@ def test_sampled_frequencies_follow_the_filtered_distribution():
     "field, value", [("max_new_tokens", 0), ("temperature", 0.0), ("top_k", 0), ("top_p", 1.5)]
 )
 def test_bad_sampling_config_names_the_field(field, value):
-    with pytest.raises(ValueError, match=f"SamplingConfig.{field}"):
-        SamplingConfig(**{field: value})
+    with pytest.raises(ValueError, match=f"TextSamplingConfig.{field}"):
+        TextSamplingConfig(**{field: value})
