@@ -7,6 +7,7 @@ kernels (`cpu_kernels`) compile into a temporary folder, not the user's cache.
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -30,3 +31,27 @@ def _one_thread():
 def pytest_sessionfinish(session, exitstatus):
     if _BUILD_CACHE is not None:
         shutil.rmtree(_BUILD_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """A tiny model trained for 3 steps on 3 recorded Reach episodes (32 px, 10 fps, clips of 5 frames
+    and 4 actions): (model folder, dataset root, the training data source). Seconds to build."""
+    from cosmos3_robot.scripts.train import build_data, compose
+    from cosmos3_robot.training.trainer import Trainer, build_model
+    from tests._data_fixtures import record_small
+
+    root = tmp_path_factory.mktemp("data") / "reach"
+    record_small(root, episodes=3, fps=10, image_size=32)
+    out = tmp_path_factory.mktemp("run")
+    cfg = compose(
+        [
+            "stage=generator", "model=tiny", "steps=3", f"out={out}", "data.source=lerobot",
+            f"data.root={root}", "data.batch_size=2", "+data.options.num_frames=5",
+            "+data.options.num_actions=4", "+data.options.val_fraction=0.34", "progress=false",
+        ]
+    )  # fmt: skip
+    model, vit = build_model(cfg)
+    data = build_data(cfg, model.config, vit)
+    summary = Trainer(cfg, data, model=model, vit=vit).fit()
+    return Path(summary["model"]), root, data

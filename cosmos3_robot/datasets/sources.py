@@ -26,6 +26,9 @@ def _resolve(repo_id: str | None, root: str | Path | None) -> tuple[str, Path | 
         from lerobot.utils.constants import HF_LEROBOT_HOME
 
         local = Path(HF_LEROBOT_HOME) / repo_id
+    from cosmos3_robot.datasets.writer import check_not_interrupted
+
+    check_not_interrupted(local)
     if not (local / "meta" / "info.json").exists():
         if hub_offline() or repo_id.startswith("local/"):
             why = "HF_HUB_OFFLINE=1 forbids downloading" if hub_offline() else "no hub repo_id was given"

@@ -3,25 +3,14 @@
 Written with LeRobot's own writer (`LeRobotDataset.create/resume`, `add_frame`, `save_episode`,
 `finalize`), fps = the env control rate, so action timestamps are frame timestamps.
 
-Crash safety. LeRobot 0.6.1 keeps parquet writers open until `finalize()` and rewrites
-`meta/info.json` after every episode, so a process killed mid-recording leaves footer-less
-parquet files that `info.json` already counts. `resume()` always starts *new* data, video and
-episode-metadata files, so we record in sessions of `checkpoint_every` episodes:
-
-    session:  [mark in-progress] resume/create -> N x (add_frame..., save_episode) -> finalize
-              -> [snapshot meta + file manifest = commit] -> [clear mark]
-
-A run that finds the in-progress mark rolls back to the last commit (restores info/stats/tasks,
-deletes files not in the manifest) before resuming, so finished sessions are never corrupted.
-A Python exception mid-episode drops only that episode's buffer and commits the rest.
+Crash safety: episodes are written in committed sessions (`datasets/writer.py`); a killed run loses
+at most the session in progress, and the next run rolls it back and continues.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,10 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-STATE_DIR = ".cosmos3_record"
-_KNOWN_TOP = {"meta", "data", "videos", "images", STATE_DIR}
-_SNAPSHOT_META = ("info.json", "stats.json", "tasks.parquet")
-_TRACKED_DIRS = ("data", "videos", "meta/episodes")
+from cosmos3_robot.datasets.writer import STATE_DIR, close_session, commit, open_session, rollback, wipe
 
 Policy = Callable[[dict], np.ndarray]
 PolicyFactory = Callable[["object", int], Policy]  # (env, episode_seed) -> policy(obs) -> action
@@ -71,65 +57,6 @@ def dataset_features(env) -> dict:
         },
         "action": {"dtype": "float32", "shape": (u.ACTION_DIM,), "names": list(u.ACTION_NAMES)},
     }
-
-
-# ---- commit / rollback ---------------------------------------------------------------------------
-def _tracked_files(root: Path) -> list[str]:
-    out = []
-    for d in _TRACKED_DIRS:
-        base = root / d
-        if base.is_dir():
-            out += [p.relative_to(root).as_posix() for p in base.rglob("*") if p.is_file()]
-    return sorted(out)
-
-
-def _commit(root: Path, total_episodes: int) -> None:
-    state = root / STATE_DIR
-    state.mkdir(exist_ok=True)
-    snap = state / f"commit-{total_episodes:06d}-{time.time_ns()}"
-    snap.mkdir()
-    for name in _SNAPSHOT_META:
-        if (root / "meta" / name).exists():
-            shutil.copy2(root / "meta" / name, snap / name)
-    (snap / "manifest.json").write_text(json.dumps({"files": _tracked_files(root)}))
-    tmp = state / "COMMITTED.tmp"
-    tmp.write_text(json.dumps({"snapshot": snap.name, "total_episodes": total_episodes}))
-    os.replace(tmp, state / "COMMITTED")  # atomic: the commit point
-    for old in state.glob("commit-*"):
-        if old.name != snap.name:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _wipe(root: Path) -> None:
-    extra = [p.name for p in root.iterdir() if p.name not in _KNOWN_TOP and not p.name.startswith("tmp")]
-    if extra:
-        raise ValueError(
-            f"{root}: holds files that are not part of a LeRobot dataset ({extra}); choose another --root"
-        )
-    shutil.rmtree(root)
-
-
-def _rollback(root: Path) -> None:
-    """Bring `root` back to its last committed state if a session did not finish."""
-    state = root / STATE_DIR
-    if not (state / "IN_PROGRESS").exists():
-        return
-    pointer = state / "COMMITTED"
-    if not pointer.exists():  # the first session never committed: nothing worth keeping
-        _wipe(root)
-        return
-    snap = state / json.loads(pointer.read_text())["snapshot"]
-    keep = set(json.loads((snap / "manifest.json").read_text())["files"])
-    for rel in _tracked_files(root):
-        if rel not in keep:
-            (root / rel).unlink()
-    for name in _SNAPSHOT_META:
-        if (snap / name).exists():
-            shutil.copy2(snap / name, root / "meta" / name)
-    for p in root.iterdir():  # staging images and encoder temp dirs of the dead session
-        if p.is_dir() and (p.name == "images" or p.name.startswith("tmp")):
-            shutil.rmtree(p)
-    (state / "IN_PROGRESS").unlink()
 
 
 def _check_compatible(meta, root: Path, env_id: str, fps: int, features: dict) -> None:
@@ -172,7 +99,7 @@ def _lock(root: Path):
 def _prepare_root(root: Path, repo_id: str, env_id: str, fps: int, features: dict) -> int:
     """Roll back an unfinished session, check the dataset on disk; returns its episode count."""
     if root.exists():
-        _rollback(root)
+        rollback(root)
     if root.exists() and not (root / "meta" / "info.json").exists():
         if any(root.iterdir()):
             raise ValueError(f"{root} exists and is not a LeRobot dataset; choose another --root")
@@ -186,9 +113,9 @@ def _prepare_root(root: Path, repo_id: str, env_id: str, fps: int, features: dic
     done = meta.total_episodes
     if not (root / STATE_DIR / "COMMITTED").exists():
         if done == 0:
-            _wipe(root)  # created but never written: start clean
+            wipe(root)  # created but never written: start clean
         else:
-            _commit(root, done)  # a dataset we did not write: its current state is the baseline
+            commit(root, done)  # a dataset we did not write: its current state is the baseline
     return done
 
 
@@ -233,14 +160,6 @@ def _rollout(dataset, env, policy: Policy, seed: int) -> tuple[int, bool]:
         done = terminated or truncated
         success = bool(info.get("is_success", False))
     return frames, success
-
-
-def _close_session(dataset, root: Path) -> None:
-    if dataset.has_pending_frames():
-        dataset.clear_episode_buffer()
-    dataset.finalize()
-    _commit(root, dataset.meta.total_episodes)
-    (root / STATE_DIR / "IN_PROGRESS").unlink(missing_ok=True)
 
 
 def record_dataset(
@@ -306,15 +225,7 @@ def _record_session(
     root, repo_id, env, env_id, fps, features, policy_factory, seed, session_end, result, bar
 ):
     """Episodes up to `session_end` in one LeRobot writer session, committed at its end."""
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    if root.exists():
-        (root / STATE_DIR / "IN_PROGRESS").touch()
-        dataset = LeRobotDataset.resume(repo_id, root=root)
-    else:
-        dataset = LeRobotDataset.create(repo_id, fps, features, root=root, robot_type=env_id, use_videos=True)
-        (root / STATE_DIR).mkdir(exist_ok=True)
-        (root / STATE_DIR / "IN_PROGRESS").touch()
+    dataset = open_session(root, repo_id, fps, features, env_id)
     in_save = False
     try:
         while result.total_episodes < session_end:
@@ -337,8 +248,8 @@ def _record_session(
         if in_save:  # half-written episode: undo the whole session, keep earlier commits
             with contextlib.suppress(Exception):
                 dataset.finalize()
-            _rollback(root)
+            rollback(root)
             raise
-        _close_session(dataset, root)  # drop the unfinished episode, commit the saved ones
+        close_session(dataset, root)  # drop the unfinished episode, commit the saved ones
         raise
-    _close_session(dataset, root)
+    close_session(dataset, root)

@@ -23,8 +23,9 @@ def frame_psnr(pred: Tensor, target: Tensor) -> Tensor:
     return 10 * torch.log10(1.0 / mse.clamp(min=1e-10))
 
 
-def psnr(pred: Tensor, target: Tensor) -> float:
-    """PSNR (dB) of the whole of two uint8 image tensors (one MSE over every pixel, then the log)."""
+def psnr(pred: Tensor | np.ndarray, target: Tensor | np.ndarray) -> float:
+    """PSNR (dB) of the whole of two uint8 images or image stacks (one MSE over every pixel, then the log)."""
+    pred, target = torch.as_tensor(pred), torch.as_tensor(target)
     if pred.shape != target.shape:
         raise ValueError(f"psnr needs equal shapes, got {tuple(pred.shape)} and {tuple(target.shape)}")
     mse = float(((pred.float() - target.float()) / 255.0).pow(2).mean())

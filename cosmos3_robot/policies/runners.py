@@ -58,6 +58,7 @@ class PolicyRunner:
         self.queue: deque[np.ndarray] = deque()
         self.generator = torch.Generator().manual_seed(self.sampling.seed)
         self._reasoned: tuple[str, ReasonedPrompt] | None = None  # the task text, reasoned once
+        self._last_video: Tensor | None = None  # latents of the last plan (observed + imagined)
 
     def reset(self) -> None:
         self.queue.clear()
@@ -72,8 +73,22 @@ class PolicyRunner:
         batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1)
         if self._reasoned is None or self._reasoned[0] != task:
             self._reasoned = (task, batch.prompt().reasoned(self.world.model))
-        out = _sample(self.world, "policy", batch, self.sampling, self.generator, self._reasoned[1])
-        return self.world.raw_actions(out["action"])[0]
+        out = sample_mode(self.world, "policy", batch, self.sampling, self.generator, self._reasoned[1])
+        self._last_video = out["video"]
+        actions = self.world.raw_actions(out["action"])[0]
+        if not np.all(np.isfinite(actions)):
+            raise FloatingPointError(
+                "the model produced non-finite actions: its weights or the observation hold NaN/inf"
+            )
+        return actions
+
+    def imagined_frames(self) -> np.ndarray | None:
+        """The future frames the last plan predicted, uint8 (K, H, W, 3), frame k one env step
+        after frame k - 1; None before the first plan or when clip frames are not env steps."""
+        if self._last_video is None or self.world.geometry.frame_step != 1:
+            return None
+        frames = self.world.decode_latents(self._last_video)[0, 1:]  # (K, 3, H, W) after the observed
+        return frames.permute(0, 2, 3, 1).numpy()
 
     def act(self, obs: dict, task: str) -> np.ndarray:
         if not self.queue:
@@ -81,36 +96,7 @@ class PolicyRunner:
         return self.queue.popleft().astype(np.float32)
 
 
-def rollout(
-    env_id: str, runner: PolicyRunner, episodes: int, seed: int = 0, image_size: int | None = None
-) -> dict:
-    """Run the policy closed loop; returns success rate and per-episode results."""
-    from cosmos3_robot.envs import make_env
-
-    kw = {
-        "image_size": image_size or runner.world.geometry.image_size,
-        "control_hz": int(runner.world.geometry.fps),
-    }
-    env = make_env(env_id, **kw)
-    results = []
-    try:
-        for e in range(episodes):
-            obs, info = env.reset(seed=seed + e)
-            runner.reset()
-            task = env.unwrapped.task
-            done, steps, success = False, 0, False
-            while not done:
-                obs, _, terminated, truncated, info = env.step(runner.act(obs, task))
-                steps += 1
-                success = success or bool(info.get("is_success", False))
-                done = terminated or truncated
-            results.append({"seed": seed + e, "success": success, "steps": steps})
-    finally:
-        env.close()
-    return {"success_rate": float(np.mean([r["success"] for r in results])), "episodes": results}
-
-
-def _sample(
+def sample_mode(
     world: WorldModel,
     mode: str,
     batch,
@@ -147,7 +133,7 @@ class InverseDynamicsLabeller:
             )
         latents = self.world.encode_frames(frames[None])
         batch = self.world.clip_batch([task], latents, obs_frames=g.latent_frames)
-        out = _sample(self.world, "inverse_dynamics", batch, self.sampling)
+        out = sample_mode(self.world, "inverse_dynamics", batch, self.sampling)
         return self.world.raw_actions(out["action"])[0]
 
 
@@ -164,4 +150,4 @@ class LearnedSimulator:
         batch = self.world.clip_batch(
             [task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2]
         )
-        return _sample(self.world, "forward_dynamics", batch, self.sampling)["video"]
+        return sample_mode(self.world, "forward_dynamics", batch, self.sampling)["video"]

@@ -7,6 +7,7 @@ with the checkpoint, and the clip geometry it was trained on, and turns one into
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,7 @@ class WorldModel:
         self.tokenizer = load_tokenizer(data_state.tokenizer)
         at = data_state.action_transform
         self.actions = ActionTransform.from_state_dict(at) if at else None
+        self.encode_seconds = 0.0  # time spent in the VAE encoder (for throughput reports)
 
     @classmethod
     def from_folder(cls, folder: str | Path, vae: VideoVAE | None = None) -> WorldModel:
@@ -79,15 +81,49 @@ class WorldModel:
             raise ValueError("this world model was trained without actions")
         return self.actions.embodiment_id
 
+    @property
+    def env_id(self) -> str | None:
+        """The env whose recordings the model was trained on (the dataset's robot_type), if known."""
+        return (self.data_state.details.get("dataset") or {}).get("robot_type")
+
+    def check_env(self, env_id: str) -> None:
+        """Raise unless the model was trained on `env_id` (or its env is not recorded)."""
+        if self.env_id is not None and self.env_id != env_id:
+            raise ValueError(
+                f"the model was trained on recordings of {self.env_id}, not {env_id}; roll it out in "
+                f"{self.env_id}, or train a model on {env_id}"
+            )
+
     @torch.no_grad()
-    def encode_frames(self, frames: Tensor) -> Tensor:
-        """uint8 (B, T, H, W, 3) or (B, T, 3, H, W) -> latents (B, C, T_lat, h, w)."""
+    def encode_frames(self, frames: Tensor, resize: bool = False) -> Tensor:
+        """uint8 (B, T, H, W, 3) or (B, T, 3, H, W) RGB -> latents (B, C, T_lat, h, w). Frames must be
+        square at the model's size (`resize=True` resizes square frames of another size)."""
+        frames = torch.as_tensor(frames)
         if frames.dtype != torch.uint8:
-            raise ValueError(f"frames must be uint8 images, got {frames.dtype}")
-        if frames.shape[-1] == 3:
+            raise ValueError(f"frames must be uint8 RGB images (0..255), got dtype {frames.dtype}")
+        if frames.ndim != 5:
+            raise ValueError(
+                f"frames must be (B, T, H, W, 3) or (B, T, 3, H, W), got shape {tuple(frames.shape)}"
+            )
+        if frames.shape[-1] in (3, 4) and frames.shape[2] != 3:
+            if frames.shape[-1] == 4:
+                raise ValueError("frames have 4 channels (RGBA); give RGB frames (drop the alpha channel)")
             frames = frames.permute(0, 1, 4, 2, 3)
-        frames = torch.stack([resize_frames(f, self.geometry.image_size) for f in frames])
-        return self.vae.encode(frames.float() / 255.0)
+        if frames.shape[2] != 3:
+            raise ValueError(f"frames must have 3 colour channels (RGB), got shape {tuple(frames.shape)}")
+        size = self.geometry.image_size
+        h, w = frames.shape[-2:]
+        if (h, w) != (size, size):
+            if h != w or not resize:
+                raise ValueError(
+                    f"frames are {h}x{w} px but the model was trained on {size}x{size}; render or crop them "
+                    f"to {size}x{size}" + ("" if h != w else " (or pass resize=True / --resize)")
+                )
+            frames = torch.stack([resize_frames(f, size) for f in frames])
+        t0 = time.perf_counter()
+        latents = self.vae.encode(frames.float() / 255.0)
+        self.encode_seconds += time.perf_counter() - t0
+        return latents
 
     @torch.no_grad()
     def decode_latents(self, latents: Tensor) -> Tensor:

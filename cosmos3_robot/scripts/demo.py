@@ -197,16 +197,32 @@ def main(argv: list[str]) -> int:
     )
 
     t = _step("4/4 measure on held-out episodes")
-    from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, IGNORED_LATER_LATENTS
-    from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, rollout
+    from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, IGNORED_LATER_LATENTS, success_summary
+    from cosmos3_robot.policies.rollout import WorldModelPolicy, run_episodes
+    from cosmos3_robot.policies.runners import SamplingConfig
     from cosmos3_robot.policies.world_model import WorldModel
 
     world = WorldModel.from_folder(summary["model"], vae=data.vae)  # the VAE it was trained with
     open_loop = evaluate_world_model(
         world, data, args.eval_clips, args.sampling_steps, rrd=out / "forward_dynamics.rrd"
     )
-    runner = PolicyRunner(world, execute=4, sampling=SamplingConfig(steps=args.sampling_steps))
-    closed = rollout(args.env, runner, args.eval_episodes, seed=10_000)
+    policy = WorldModelPolicy(world, execute=4, sampling=SamplingConfig(steps=args.sampling_steps))
+    size = world.geometry.image_size
+    episodes = [
+        {"seed": ep.seed, "success": ep.success, "steps": ep.steps}
+        for ep in run_episodes(
+            args.env,
+            policy,
+            args.eval_episodes,
+            seed=10_000,
+            image_size=size,
+            control_hz=int(world.geometry.fps),
+        )  # fmt: skip
+    ]
+    closed = {
+        "success_rate": success_summary([e["success"] for e in episodes])["success_rate"],
+        "episodes": episodes,
+    }
     timings["eval_s"] = time.perf_counter() - t
 
     results = {"env": args.env, "preset": args.preset, **open_loop,

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cosmos3_robot.datasets.episodes import iter_lerobot_episodes
 from cosmos3_robot.datasets.sources import open_lerobot_dataset
 from cosmos3_robot.encoders.vae import VAE_PRESETS, VideoVAE, vae_config
 from cosmos3_robot.eval.metrics import (
@@ -45,7 +46,6 @@ from cosmos3_robot.eval.metrics import (
 )
 from cosmos3_robot.files import CheckpointError, save_tensors
 from cosmos3_robot.processors.geometry import check_spatial_size
-from cosmos3_robot.training.data.latent_cache import iter_lerobot_episodes
 
 CLIP_FRAMES = 5  # the shortest clip that exercises the temporal path (latent 0 + latent 1)
 

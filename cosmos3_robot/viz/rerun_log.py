@@ -68,3 +68,42 @@ def write_comparison(
     rec.disconnect()
     os.replace(tmp, path)
     return path
+
+
+def write_rollout(
+    path: str | Path, frames, fps: float, actions=None, chunks=(), name: str = "cosmos3_robot"
+) -> Path:
+    """One closed-loop episode: the realised frames and actions at their times in seconds, and for
+    every re-plan the frames the policy imagined, at the times they stand for, beside the error
+    against what happened (`chunks`: objects with `step` and `imagined` (K, H, W, 3) or None)."""
+    import rerun as rr
+
+    frames = _hwc(frames)
+    if fps <= 0:
+        raise ValueError(f"fps must be > 0, got {fps}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    rec = rr.RecordingStream(name)
+    rec.save(str(tmp))
+    for t in range(frames.shape[0]):
+        rr.set_time("time", duration=t / fps, recording=rec)
+        rec.log("video/realised", rr.Image(frames[t]))
+        if actions is not None and t < len(actions):
+            for d, v in enumerate(np.asarray(actions[t], dtype=np.float64)):
+                rec.log(f"action/{d}", rr.Scalars(float(v)))
+    for c in chunks:
+        if c.imagined is None:
+            continue
+        imagined = _hwc(c.imagined)
+        for k in range(imagined.shape[0]):
+            t = c.step + 1 + k
+            rr.set_time("time", duration=t / fps, recording=rec)
+            rec.log("video/imagined", rr.Image(imagined[k]))
+            if t < frames.shape[0] and frames[t].shape == imagined[k].shape:
+                err = np.abs(frames[t].astype(np.int16) - imagined[k].astype(np.int16)).mean()
+                rec.log("video/imagined_abs_error", rr.Scalars(float(err)))
+    rec.flush()
+    rec.disconnect()
+    os.replace(tmp, path)
+    return path

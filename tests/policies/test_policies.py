@@ -14,31 +14,15 @@ from cosmos3_robot.policies.runners import (
     LearnedSimulator,
     PolicyRunner,
     SamplingConfig,
-    rollout,
 )
 from cosmos3_robot.policies.world_model import WorldModel
 from cosmos3_robot.processors.data_state import DataState
-from cosmos3_robot.scripts.train import build_data, compose
-from cosmos3_robot.training.trainer import Trainer, build_model
-from tests._data_fixtures import record_small
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data") / "reach"
-    record_small(root, episodes=3, fps=10, image_size=32)
-    out = tmp_path_factory.mktemp("run")
-    cfg = compose(
-        [
-            "stage=generator", "model=tiny", "steps=3", f"out={out}", "data.source=lerobot",
-            f"data.root={root}", "data.batch_size=2", "+data.options.num_frames=5",
-            "+data.options.num_actions=4", "+data.options.val_fraction=0.34", "progress=false",
-        ]
-    )  # fmt: skip
-    model, vit = build_model(cfg)
-    data = build_data(cfg, model.config, vit)
-    summary = Trainer(cfg, data, model=model, vit=vit).fit()
-    return WorldModel.from_folder(summary["model"]), data
+def world(tiny_world):
+    model_dir, _, data = tiny_world
+    return WorldModel.from_folder(model_dir), data
 
 
 def test_exported_model_carries_its_data_state(world):
@@ -95,10 +79,19 @@ def test_policy_reasons_once_per_task_and_plans_as_if_it_reasoned_each_time(worl
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
-def test_closed_loop_rollout_runs(world):
+def test_closed_loop_rollout_runs_and_records_what_it_imagined(world):
+    from cosmos3_robot.policies.rollout import WorldModelPolicy, run_episodes
+
     wm, _ = world
-    res = rollout("cosmos3_robot/Reach-v0", PolicyRunner(wm, execute=4, sampling=SamplingConfig(steps=1)), 1)
-    assert 0.0 <= res["success_rate"] <= 1.0 and res["episodes"][0]["steps"] > 0
+    policy = WorldModelPolicy(wm, execute=4, sampling=SamplingConfig(steps=1), imagine=True)
+    (ep,) = run_episodes("cosmos3_robot/Reach-v0", policy, 1, seed=5, image_size=32)
+    assert ep.steps > 0 and ep.frames.shape == (ep.steps + 1, 32, 32, 3) and ep.actions.shape == (ep.steps, 2)
+    assert [c.step for c in ep.chunks] == list(range(0, ep.steps, 4))  # one plan every 4 steps
+    assert ep.chunks[0].imagined.shape == (4, 32, 32, 3) and ep.chunks[0].imagined.dtype == np.uint8
+    errors = ep.chunk_errors()
+    assert len(errors) == len(ep.chunks) and all(
+        np.isfinite(e["psnr_db_per_frame_ahead"]).all() for e in errors
+    )
 
 
 def test_labeller_and_simulator_shapes(world):

@@ -23,6 +23,7 @@ from cosmos3_robot.datasets import (
     VideoFolderDataset,
     open_lerobot_dataset,
 )
+from cosmos3_robot.datasets.episodes import iter_lerobot_episodes
 from cosmos3_robot.encoders.vae import load_vae
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.processors.actions import ActionTransform, EmbodimentRegistry
@@ -52,7 +53,6 @@ from cosmos3_robot.training.data.config import DataConfig
 from cosmos3_robot.training.data.latent_cache import (
     CachedEncoder,
     LatentCache,
-    iter_lerobot_episodes,
     vae_fingerprint,
 )
 
@@ -86,6 +86,7 @@ class GeneratorData:
                 "set DataConfig.action_key, or use the folder as action-free video",
             )  # fmt: skip
         self.fps = float(meta.fps)
+        self.robot_type = meta.robot_type  # the env id, for datasets written by `record`
         self.image_size = cfg.image_size or int(meta.features[cfg.image_key]["shape"][0])
         try:
             check_spatial_size(self.image_size, self.image_size)
@@ -303,7 +304,12 @@ class GeneratorData:
             ),
             details={
                 "data_config": asdict(cfg),
-                "dataset": {"name": self.name, "fps": self.fps, "image_size": self.image_size},
+                "dataset": {
+                    "name": self.name,
+                    "fps": self.fps,
+                    "image_size": self.image_size,
+                    "robot_type": self.robot_type,
+                },  # fmt: skip
                 "clip_spec": asdict(self.spec),
                 "latent_frames": num_latent_frames(cfg.num_frames),
                 "temporal_factor": TEMPORAL_FACTOR,

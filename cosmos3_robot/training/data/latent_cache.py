@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,39 +27,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from cosmos3_robot.datasets.episodes import iter_lerobot_episodes
 from cosmos3_robot.datasets.sources import open_lerobot_dataset
 from cosmos3_robot.encoders.vae import VideoVAE
-from cosmos3_robot.processors.frames import resize_frames, to_uint8
 from cosmos3_robot.processors.geometry import latent_frame_times, num_latent_frames
 
 CACHE_VERSION = 1
-
-
-# ---------------------------------------------------------------------------------------------
-# Frames from a LeRobot dataset
-
-
-def episode_frames(dataset: Any, video_key: str, episode: int) -> tuple[Tensor, Tensor]:
-    """All frames of one episode: uint8 (T, 3, H, W) and their timestamps (T,) float64 seconds."""
-    if video_key not in dataset.meta.features:
-        keys = ", ".join(k for k, f in dataset.meta.features.items() if f["dtype"] in ("video", "image"))
-        raise ValueError(f"dataset has no feature {video_key!r}; its image/video keys are: {keys}")
-    ep = dataset.meta.episodes[episode]
-    frames, times = [], []
-    for i in range(ep["dataset_from_index"], ep["dataset_to_index"]):
-        item = dataset[i]
-        frames.append(to_uint8(item[video_key]))  # (3, H, W)
-        times.append(float(item["timestamp"]))
-    return torch.stack(frames), torch.tensor(times, dtype=torch.float64)
-
-
-def iter_lerobot_episodes(
-    dataset: Any, video_key: str, episodes: Iterable[int] | None = None, size: int | None = None
-) -> Iterator[tuple[int, Tensor, Tensor]]:
-    """(episode_index, frames uint8 (T, 3, H, W), times (T,)) for each requested episode."""
-    for ep in range(dataset.meta.total_episodes) if episodes is None else episodes:
-        frames, times = episode_frames(dataset, video_key, ep)
-        yield ep, resize_frames(frames, size), times
 
 
 def clip_starts(num_frames: int, clip_frames: int, stride: int) -> list[int]:

@@ -1,0 +1,128 @@
+"""What every command shares: its output folder (owned by one run, resumable), the run's provenance
+(command line, commit, time), atomic JSON results, and latency statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RUN_FILE = "run.json"
+
+
+def commit() -> str:
+    """The git commit of this checkout (with '+dirty' when it has changes), or 'unknown'."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+def provenance(command: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "command": command,
+        "argv": ["cosmos3-robot", *sys.argv[1:]] if sys.argv and "cosmos3" in sys.argv[0] else None,
+        "config": config,
+        "commit": commit(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+
+
+def claim_output(out: Path, command: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Make `out` this run's folder. A folder written by the same command with the same config is
+    resumed; one written by another command or other options, or one with foreign files, is
+    refused with a message that says so."""
+    out = Path(out)
+    run_file = out / RUN_FILE
+    config = json.loads(json.dumps(config, default=_json_default))
+    if run_file.exists():
+        try:
+            prev = json.loads(run_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{run_file} is corrupt; remove {out} or choose another --out") from None
+        if prev.get("command") != command or prev.get("config") != config:
+            changed = sorted(
+                k
+                for k in set(config) | set(prev.get("config", {}))
+                if prev.get("config", {}).get(k) != config.get(k)
+            )
+            what = (
+                f"`{prev.get('command')}`"
+                if prev.get("command") != command
+                else f"other options: {', '.join(changed)}"
+            )
+            raise ValueError(
+                f"--out {out} belongs to another run ({what}); choose another --out, or repeat that run's "
+                "options to resume it"
+            )
+        return prev
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(
+            f"--out {out} exists and holds files of something else; choose a new or empty folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance(command, config)
+    write_json_atomic(run_file, prov)
+    return prov
+
+
+def latency_stats(ms: list[float]) -> dict[str, float | int | None]:
+    """p50 / p95 / min / max of per-call latencies in milliseconds."""
+    if not ms:
+        return {"calls": 0, "p50_ms": None, "p95_ms": None, "min_ms": None, "max_ms": None}
+    a = np.asarray(ms, dtype=np.float64)
+    return {
+        "calls": int(a.size),
+        "p50_ms": float(np.percentile(a, 50)),
+        "p95_ms": float(np.percentile(a, 95)),
+        "min_ms": float(a.min()),
+        "max_ms": float(a.max()),
+    }
+
+
+def add_threads_option(parser) -> None:
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
+
+
+def apply_threads(threads: int | None) -> None:
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)

@@ -1,0 +1,232 @@
+"""`cosmos3-robot label`: label action-free video with actions, into a new LeRobot dataset.
+
+    cosmos3-robot label --model runs/push/model --source videos/ --out data/push_labelled
+    cosmos3-robot label --model runs/push/model --source data/push --out data/push_relabelled --check
+
+Reads: a model folder written by `cosmos3-robot train` (trained with actions), and --source: a folder
+of videos (.mp4/.webm/...; `<name>.txt` beside a video holds its task text) or a LeRobot dataset
+(its actions are ignored). Frames must be square at the model's image size (or pass --resize) and
+the video at the model's frame rate.
+Writes --out, a LeRobot v3 dataset written with LeRobot's own writer: per frame `observation.image`,
+`action` (inverse dynamics over overlapping windows, averaged; see policies/labelling.py),
+`label_confidence` (1 when all windows and samples agree), and `observation.state` and the task text
+when the source has them. `meta/cosmos3_label.json` holds the run's config, commit, speed (frames
+labelled per second, and the VAE encode alone) and, with --check, per-dimension MSE and R² against the
+source's true actions beside the mean-action baseline.
+Resumable: episodes are committed one at a time; a killed run loses only the episodes it was
+labelling, and the same command continues after the last committed one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance, write_json_atomic
+
+REPORT = "meta/cosmos3_label.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cosmos3-robot label", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--model", type=Path, required=True, help="model folder written by `cosmos3-robot train`")
+    p.add_argument("--source", type=Path, required=True, help="folder of videos, or a LeRobot dataset folder")
+    p.add_argument(
+        "--out", type=Path, required=True, help="the labelled LeRobot dataset to write (or continue)"
+    )
+    p.add_argument(
+        "--repo-id", default=None, help="repo id stored in its metadata (default: local/<out name>)"
+    )
+    p.add_argument("--image-key", default="observation.image", help="the source dataset's image key")
+    p.add_argument("--task", default="", help="task text for videos without a <name>.txt (default: empty)")
+    p.add_argument(
+        "--resize", action="store_true", help="resize square frames of another size to the model's"
+    )
+    p.add_argument(
+        "--stride", type=int, default=None, help="frames between window starts (default: half a chunk)"
+    )
+    p.add_argument(
+        "--samples", type=int, default=2, help="inverse-dynamics samples per window (default: %(default)s)"
+    )
+    p.add_argument("--steps", type=int, default=10, help="denoising steps (default: %(default)s)")
+    p.add_argument("--batch", type=int, default=16, help="windows per model call (default: %(default)s)")
+    p.add_argument(
+        "--group",
+        type=int,
+        default=4,
+        help="episodes whose windows are batched together (default: %(default)s)",
+    )
+    p.add_argument("--check", action="store_true", help="compare with the source's true actions (MSE, R²)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_threads_option(p)
+    return p
+
+
+def output_features(world, source, size: int) -> dict:
+    names = None
+    if source.dataset is not None and source.has_actions:
+        names = source.dataset.meta.features[source.action_key].get("names")
+    dim = world.actions.dim
+    feats = {
+        "observation.image": {
+            "dtype": "video",
+            "shape": (size, size, 3),
+            "names": ["height", "width", "channels"],
+        },
+        "action": {"dtype": "float32", "shape": (dim,), "names": names or [f"a{i}" for i in range(dim)]},
+        "label_confidence": {"dtype": "float32", "shape": (1,), "names": ["confidence"]},
+    }
+    if source.has_state:
+        st = source.dataset.meta.features[source.state_key]
+        feats["observation.state"] = {
+            "dtype": "float32",
+            "shape": tuple(st["shape"]),
+            "names": st.get("names"),
+        }
+    return feats
+
+
+def prepare(world, ep, resize: bool) -> np.ndarray:
+    """Frames at the model's size and rate, or a clear error."""
+    import torch
+
+    from cosmos3_robot.processors.frames import resize_frames
+
+    g = world.geometry
+    if abs(ep.fps - g.fps) > 1e-3 * g.fps:
+        raise ValueError(
+            f"{ep.name} is at {ep.fps:g} fps; the model was trained at {g.fps:g} (resample the video)"
+        )
+    h, w = ep.frames.shape[1:3]
+    if (h, w) != (g.image_size, g.image_size):
+        if not resize or h != w:
+            raise ValueError(
+                f"{ep.name} has {h}x{w} frames; the model was trained on {g.image_size}x{g.image_size}"
+                + (" (pass --resize)" if h == w else " (crop them square first)")
+            )
+        ep.frames = (
+            resize_frames(torch.from_numpy(ep.frames).permute(0, 3, 1, 2), g.image_size)
+            .permute(0, 2, 3, 1)
+            .numpy()
+        )
+    span = (g.num_frames - 1) * g.frame_step + 1
+    if len(ep.frames) < span:
+        raise ValueError(f"{ep.name} has {len(ep.frames)} frames, fewer than one clip of the model ({span})")
+    return ep.frames
+
+
+def write_episode(root, repo_id, fps, features, ep, labels) -> None:
+    from cosmos3_robot.datasets.writer import close_session, open_session, rollback
+
+    dataset = open_session(root, repo_id, fps, features, None)
+    try:
+        for t in range(len(ep.frames)):
+            frame = {"observation.image": ep.frames[t], "action": labels.actions[t],
+                     "label_confidence": labels.confidence[t : t + 1], "task": ep.task}  # fmt: skip
+            if "observation.state" in features:
+                frame["observation.state"] = ep.state[t]
+            dataset.add_frame(frame)
+        dataset.save_episode()
+    except BaseException:
+        import contextlib
+
+        with contextlib.suppress(Exception):
+            dataset.finalize()
+        rollback(root)
+        raise
+    close_session(dataset, root)
+
+
+def check_report(true: list[np.ndarray], pred: list[np.ndarray], mean: np.ndarray) -> dict:
+    from cosmos3_robot.eval.metrics import action_errors
+
+    return action_errors(np.concatenate(pred), np.concatenate(true), mean)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    apply_threads(args.threads)
+    from tqdm import tqdm
+
+    from cosmos3_robot.datasets.episodes import open_source, read_episodes
+    from cosmos3_robot.datasets.writer import rollback
+    from cosmos3_robot.policies.labelling import EpisodeLabeller
+    from cosmos3_robot.policies.runners import SamplingConfig
+    from cosmos3_robot.policies.world_model import WorldModel
+
+    world = WorldModel.from_folder(args.model)
+    labeller = EpisodeLabeller(world, args.stride, args.samples, args.batch, SamplingConfig(steps=args.steps))
+    source = open_source(args.source, args.image_key)
+    if args.check and not source.has_actions:
+        raise ValueError(f"--check needs true actions, and {args.source} has none")
+    if args.group < 1:
+        raise ValueError(f"--group must be >= 1, got {args.group}")
+    out, repo_id = args.out, args.repo_id or f"local/{args.out.name}"
+    config = {
+        k: str(v) if isinstance(v, Path) else v
+        for k, v in vars(args).items()
+        if k not in ("no_progress", "threads")
+    }
+    report_path = out / REPORT
+    done = 0
+    if out.exists():
+        prev = json.loads(report_path.read_text()) if report_path.exists() else None
+        if prev is None or prev.get("config") != config:
+            raise ValueError(
+                f"--out {out} exists and was not written by a `label` run with these options; choose another "
+                "--out, or repeat that run's options to continue it"
+            )
+        rollback(out)
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+        done = LeRobotDatasetMetadata(repo_id, root=out).total_episodes  # what is committed
+        report = {**prev, "episodes_done": done}
+    else:
+        report = {
+            **provenance("label", config),
+            "episodes_done": 0,
+            "frames": 0,
+            "seconds": 0.0,
+            "encode_seconds": 0.0,
+        }
+    features = output_features(world, source, world.geometry.image_size)
+    fps = int(round(world.geometry.fps))
+    todo = list(range(done, source.num_episodes))
+    bar = tqdm(total=source.num_episodes, initial=done, desc="label", unit="ep", disable=args.no_progress)
+    true, pred = [], []
+    for i in range(0, len(todo), args.group):
+        eps = list(read_episodes(source, todo[i : i + args.group], args.task))
+        frames = [prepare(world, ep, args.resize) for ep in eps]
+        t0, enc0 = time.perf_counter(), world.encode_seconds
+        labels = labeller.label(frames, [ep.task for ep in eps])
+        report["seconds"] += time.perf_counter() - t0
+        report["encode_seconds"] += world.encode_seconds - enc0
+        for ep, lab in zip(eps, labels, strict=True):
+            write_episode(out, repo_id, fps, features, ep, lab)
+            report["episodes_done"] += 1
+            report["frames"] += len(ep.frames)
+            write_json_atomic(report_path, report)
+            if args.check:
+                true.append(ep.actions)
+                pred.append(lab.actions)
+            bar.update(1)
+        report["frames_per_second"] = report["frames"] / max(report["seconds"], 1e-9)
+        report["vae_encode_frames_per_second"] = report["frames"] / max(report["encode_seconds"], 1e-9)
+        write_json_atomic(report_path, report)
+    bar.close()
+    if args.check and true:
+        mean = np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64)
+        report["check"] = {**check_report(true, pred, mean), "episodes": len(true)}  # labelled by this call
+        write_json_atomic(report_path, report)
+        c = report["check"]
+        print(f"check: action MSE {c['mse']:.4f} (mean action {c['mean_action_mse']:.4f}), R² {c['r2']:.3f}; "
+              f"per dim MSE {np.round(c['mse_per_dim'], 4).tolist()}, R² {np.round(c['r2_per_dim'], 3).tolist()}")  # fmt: skip
+    print(f"{out}: {report['episodes_done']} episodes labelled, {report.get('frames_per_second', 0):.1f} frames/s "
+          f"(VAE encode alone {report.get('vae_encode_frames_per_second', 0):.1f} frames/s); {report_path}")  # fmt: skip
+    return 0

@@ -1,0 +1,175 @@
+"""`cosmos3-robot rollout`: closed-loop episodes of a trained policy in a registered env.
+
+    cosmos3-robot rollout --model runs/reach/model --env cosmos3_robot/Reach-v0 --episodes 50 \\
+        --seed 10000 --out runs/reach/rollout
+
+Reads: a model folder written by `cosmos3-robot train` (weights + data_state.json + its VAE), or a
+LeRobot policy checkpoint (`--policy lerobot:DIR`: ACT, Diffusion Policy; see policies/lerobot.py).
+Writes into --out:
+  results.json             success rate with a Wilson 95 % interval; per episode seed, success,
+                           steps, return, re-plans and the imagined-vs-realised PSNR per re-plan;
+                           control latency p50/p95 per action chunk; command, config and commit
+  episodes/episode_NNN.mp4 the realised frames of each episode (H.264)
+  episodes/episode_NNN.rrd (with --rrd) realised frames, actions and, for every re-plan, the frames
+                           the model imagined, on one timeline in seconds (`rerun FILE` opens it)
+Episode e uses env seed SEED + e. Results are written after every episode: a run stopped with
+Ctrl-C keeps the episodes it finished, and the same command continues from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from cosmos3_robot.scripts.common import (
+    add_threads_option,
+    apply_threads,
+    claim_output,
+    latency_stats,
+    write_json_atomic,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cosmos3-robot rollout",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--model", type=Path, help="model folder written by `cosmos3-robot train`")
+    who.add_argument("--policy", help="a LeRobot policy checkpoint, as lerobot:DIR")
+    p.add_argument("--env", required=True, help="registered env id, e.g. cosmos3_robot/Reach-v0")
+    p.add_argument("--episodes", type=int, default=50, help="episodes to run (default: %(default)s)")
+    p.add_argument(
+        "--seed", type=int, default=10_000, help="episode e uses env seed SEED + e (default: %(default)s)"
+    )
+    p.add_argument("--out", type=Path, required=True, help="output folder (resumed when it holds this run)")
+    p.add_argument(
+        "--execute", type=int, default=4, help="actions executed per sampled chunk (default: %(default)s)"
+    )
+    p.add_argument("--steps", type=int, default=10, help="denoising steps per chunk (default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=None, help="env camera size (default: the model's)")
+    p.add_argument("--rrd", action="store_true", help="also write a rerun recording per episode")
+    p.add_argument("--no-video", action="store_true", help="do not write MP4 files")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_threads_option(p)
+    return p
+
+
+def _check(args: argparse.Namespace) -> None:
+    import gymnasium as gym
+
+    from cosmos3_robot.envs import ENV_IDS
+
+    if args.env not in gym.registry:
+        raise ValueError(f"unknown env {args.env!r}; registered: {', '.join(ENV_IDS)}")
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.steps < 1 or args.execute < 1:
+        raise ValueError(f"--steps and --execute must be >= 1, got {args.steps} and {args.execute}")
+
+
+def make_policy(args: argparse.Namespace):
+    """(policy, image size, control rate) for --model or --policy."""
+    from cosmos3_robot.policies.runners import SamplingConfig
+
+    if args.policy is not None:
+        from cosmos3_robot.policies.lerobot import LeRobotPolicy
+
+        kind, _, folder = args.policy.partition(":")
+        if kind != "lerobot" or not folder:
+            raise ValueError(
+                f"--policy {args.policy!r}: give lerobot:DIR (a LeRobot policy checkpoint folder)"
+            )
+        policy = LeRobotPolicy.from_folder(folder)
+        return policy, args.image_size or policy.image_size, None
+    from cosmos3_robot.policies.world_model import WorldModel
+
+    world = WorldModel.from_folder(args.model)
+    if world.actions is None:
+        raise ValueError(f"{args.model} was trained without actions: it cannot act; train it with actions")
+    sampling = SamplingConfig(steps=args.steps)
+    from cosmos3_robot.policies.rollout import WorldModelPolicy
+
+    policy = WorldModelPolicy(world, execute=args.execute, sampling=sampling, imagine=args.rrd)
+    world.check_env(args.env)
+    g = world.geometry
+    if args.image_size is not None and args.image_size != g.image_size:
+        raise ValueError(f"--image-size {args.image_size}: the model was trained on {g.image_size} px frames")
+    return policy, g.image_size, int(g.fps)
+
+
+def summarise(episodes: list[dict], latencies: list[float], prov: dict) -> dict:
+    from cosmos3_robot.eval.metrics import success_summary
+
+    return {
+        **prov,
+        **success_summary([e["success"] for e in episodes]),
+        "mean_steps": float(np.mean([e["steps"] for e in episodes])),
+        "mean_return": float(np.mean([e["return"] for e in episodes])),
+        "latency_per_chunk": latency_stats(latencies),
+        "episodes_detail": episodes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    apply_threads(args.threads)
+    _check(args)
+    from tqdm import tqdm
+
+    from cosmos3_robot.policies.rollout import run_episodes
+
+    policy, image_size, control_hz = make_policy(args)
+    # What makes two runs the same (the episode count is a target: a run continues to a larger one).
+    skip = ("no_progress", "threads", "episodes")
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in skip}
+    prov = claim_output(args.out, "rollout", config)
+    results_path = args.out / "results.json"
+    done: list[dict] = []
+    latencies: list[float] = []
+    if results_path.exists():
+        import json
+
+        prev = json.loads(results_path.read_text())
+        done, latencies = prev["episodes_detail"], prev.get("latencies_ms", [])
+    bar = tqdm(
+        total=args.episodes,
+        initial=len(done),
+        desc=f"rollout {args.env}",
+        unit="ep",
+        disable=args.no_progress,
+    )
+    fps = control_hz or 10
+    for ep in run_episodes(
+        args.env, policy, args.episodes, args.seed, image_size, control_hz, skip=len(done)
+    ):
+        name = f"episode_{len(done):03d}"
+        if not args.no_video:
+            from cosmos3_robot.viz.video import write_mp4
+
+            write_mp4(args.out / "episodes" / f"{name}.mp4", ep.frames, fps)
+        if args.rrd:
+            from cosmos3_robot.viz.rerun_log import write_rollout
+
+            write_rollout(args.out / "episodes" / f"{name}.rrd", ep.frames, fps, ep.actions, ep.chunks)
+        latencies += [c.latency_ms for c in ep.chunks]
+        done.append({"seed": ep.seed, "task": ep.task, "success": ep.success, "steps": ep.steps,
+                     "return": ep.ret, "replans": len(ep.chunks), "chunk_errors": ep.chunk_errors()})  # fmt: skip
+        write_json_atomic(results_path, {**summarise(done, latencies, prov), "latencies_ms": latencies})
+        bar.update(1)
+        bar.set_postfix(success=f"{np.mean([e['success'] for e in done]):.2f}")
+    bar.close()
+    res = summarise(done, latencies, prov)
+    lo, hi = res["wilson95"]
+    lat = res["latency_per_chunk"]
+    p50 = "n/a" if lat["p50_ms"] is None else f"{lat['p50_ms']:.1f}"
+    p95 = "n/a" if lat["p95_ms"] is None else f"{lat['p95_ms']:.1f}"
+    print(
+        f"{args.env}: success {res['successes']}/{res['episodes']} = {res['success_rate']:.1%} "
+        f"(Wilson 95 % {lo:.1%}-{hi:.1%}); latency per chunk p50 {p50} ms, p95 {p95} ms; {results_path}"
+    )
+    return 0

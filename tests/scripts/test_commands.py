@@ -1,0 +1,122 @@
+"""The user-facing commands end to end on a tiny model: rollout, evaluate, label. Their outputs are
+checked with the outside tools that read them: JSON, an MP4 decoder (PyAV), rerun's loader,
+LeRobot's own dataset loader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosmos3_robot.cli import main
+
+
+def run(argv: list[str]) -> int:
+    return main(argv)
+
+
+def rrd_ok(path) -> bool:
+    """`rerun rrd verify` (the CLI that ships with rerun-sdk) accepts the file."""
+    r = subprocess.run(
+        [sys.executable, "-m", "rerun", "rrd", "verify", str(path)], capture_output=True, text=True
+    )
+    return r.returncode == 0
+
+
+def test_rollout_writes_results_videos_and_recordings_and_resumes(tiny_world, tmp_path, capsys):
+    model, _, _ = tiny_world
+    out = tmp_path / "rollout"
+    argv = ["rollout", "--model", str(model), "--env", "cosmos3_robot/Reach-v0", "--episodes", "2",
+            "--seed", "100", "--out", str(out), "--steps", "1", "--rrd", "--no-progress"]  # fmt: skip
+    assert run([*argv[:6], "1", *argv[7:]]) == 0  # one episode first ...
+    assert run(argv) == 0  # ... then the same run continues to two
+    res = json.loads((out / "results.json").read_text())
+    assert res["episodes"] == 2 and [e["seed"] for e in res["episodes_detail"]] == [100, 101]
+    lo, hi = res["wilson95"]
+    assert 0 <= lo <= res["success_rate"] <= hi <= 1
+    assert res["latency_per_chunk"]["calls"] == sum(e["replans"] for e in res["episodes_detail"]) > 0
+    assert res["command"] == "rollout" and res["commit"]
+    from cosmos3_robot.viz.video import read_mp4
+
+    video = read_mp4(out / "episodes" / "episode_000.mp4")
+    assert video.shape[1:] == (32, 32, 3) and len(video) == res["episodes_detail"][0]["steps"] + 1
+    assert rrd_ok(out / "episodes" / "episode_001.rrd")
+    assert "success" in capsys.readouterr().out
+    # The folder belongs to this run: other options are refused, naming them.
+    assert run([*argv[:-4], "--steps", "2", "--no-progress"]) == 2
+    assert "belongs to another run" in capsys.readouterr().err
+
+
+def test_rollout_bad_inputs_are_one_line_errors(tiny_world, tmp_path, capsys):
+    model, _, _ = tiny_world
+    base = ["rollout", "--model", str(model), "--out", str(tmp_path / "r"), "--no-progress"]
+    assert run([*base, "--env", "cosmos3_robot/Fly-v0"]) == 2
+    assert "unknown env 'cosmos3_robot/Fly-v0'" in capsys.readouterr().err
+    assert run([*base, "--env", "cosmos3_robot/Push-v0"]) == 2
+    err = capsys.readouterr().err
+    assert "trained on recordings of cosmos3_robot/Reach-v0, not cosmos3_robot/Push-v0" in err
+    assert "Traceback" not in err
+    assert run([*base, "--env", "cosmos3_robot/Reach-v0", "--image-size", "64"]) == 2
+    assert "trained on 32 px" in capsys.readouterr().err
+
+
+def test_evaluate_writes_per_horizon_metrics_curves_and_clips(tiny_world, tmp_path, capsys):
+    model, root, _ = tiny_world
+    out = tmp_path / "eval"
+    assert run(["evaluate", "--model", str(model), "--root", str(root), "--clips", "3", "--steps", "1",
+                "--out", str(out)]) == 0  # fmt: skip
+    res = json.loads((out / "results.json").read_text())
+    assert res["horizons_s"] == pytest.approx([0.1, 0.2, 0.3, 0.4])  # 4 future frames at 10 fps
+    for name in ("forward_dynamics", "copy_last_frame", "vae_reconstruction"):
+        for metric in ("psnr", "ssim", "moving_psnr"):
+            assert len(res[name][metric]) == 4 and np.isfinite(res[name][metric]).all()
+    assert set(res["controllability"]) >= {"true", "shuffled", "zeroed", "perturbed", "gap_true_minus"}
+    assert {"mse", "r2", "mean_action_mse"} <= set(res["inverse_dynamics"]) and "round_trip" in res
+    assert (out / "curves.png").stat().st_size > 0 and rrd_ok(out / "best.rrd") and rrd_ok(out / "worst.rrd")
+
+
+def test_label_writes_a_lerobot_dataset_lerobot_can_read_and_continues(tiny_world, tmp_path, capsys):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    model, root, _ = tiny_world
+    out = tmp_path / "labelled"
+    argv = ["label", "--model", str(model), "--source", str(root), "--out", str(out), "--steps", "1",
+            "--group", "1", "--check", "--no-progress"]  # fmt: skip
+    assert run(argv) == 0
+    report = json.loads((out / "meta" / "cosmos3_label.json").read_text())
+    source = LeRobotDataset("local/reach", root=root)
+    ds = LeRobotDataset("local/labelled", root=out)
+    assert ds.meta.total_episodes == source.meta.total_episodes == report["episodes_done"] == 3
+    assert ds.meta.total_frames == source.meta.total_frames  # one action per frame of every episode
+    item = ds[0]
+    assert item["action"].shape == (2,) and 0 < float(item["label_confidence"]) <= 1
+    assert item["observation.state"].shape == (4,) and item["task"] == source[0]["task"]
+    assert report["frames_per_second"] > 0 and report["vae_encode_frames_per_second"] > 0
+    assert {"mse", "r2", "mse_per_dim", "r2_per_dim"} <= set(report["check"])
+    assert run(argv) == 0  # finished: nothing left to label, nothing appended
+    assert LeRobotDataset("local/labelled", root=out).meta.total_episodes == 3
+
+
+def test_label_refuses_what_it_cannot_label(tiny_world, tmp_path, capsys):
+    model, root, _ = tiny_world
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    from cosmos3_robot.viz.video import write_mp4
+
+    write_mp4(videos / "short.mp4", np.zeros((3, 32, 32, 3), np.uint8), fps=10)  # shorter than a clip
+    base = ["label", "--model", str(model), "--out", str(tmp_path / "o"), "--no-progress", "--steps", "1"]
+    assert run([*base, "--source", str(videos)]) == 2
+    assert "fewer than one clip" in capsys.readouterr().err
+    write_mp4(videos / "short.mp4", np.zeros((9, 48, 48, 3), np.uint8), fps=10)
+    assert run([*base, "--source", str(videos)]) == 2
+    assert "48x48 frames; the model was trained on 32x32 (pass --resize)" in capsys.readouterr().err
+    assert run([*base, "--source", str(videos), "--check"]) == 2
+    assert "--check needs true actions" in capsys.readouterr().err
+    assert run([*base, "--source", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    # A square video at another size is labelled with --resize, its task from <name>.txt.
+    (videos / "short.txt").write_text("move the fingertip to the red target")
+    assert run([*base, "--source", str(videos), "--resize"]) == 0
