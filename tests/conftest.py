@@ -48,7 +48,8 @@ def tiny_world(tmp_path_factory):
         [
             "stage=generator", "model=tiny", "steps=3", f"out={out}", "data.source=lerobot",
             f"data.root={root}", "data.batch_size=2", "+data.options.num_frames=5",
-            "+data.options.num_actions=4", "+data.options.val_fraction=0.34", "progress=false",
+            "+data.options.num_actions=4", "+data.options.val_fraction=0.34", "+data.options.vae_preset=tiny",
+            "progress=false",
         ]
     )  # fmt: skip
     model, vit = build_model(cfg)

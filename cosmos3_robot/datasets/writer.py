@@ -15,10 +15,12 @@ Loaders call `check_not_interrupted` first, so a dataset left mid-session says w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 STATE_DIR = ".cosmos3_record"
@@ -115,3 +117,24 @@ def check_not_interrupted(root: str | Path) -> None:
             "unfinished); run the same command again to roll it back to its last committed episode and "
             "continue"
         )
+
+
+@contextlib.contextmanager
+def quiet_writer() -> Iterator[None]:
+    """Silence what LeRobot's writer prints per episode (a `datasets` "Map" bar, libav's "second
+    pass" lines), so a command's own progress bar stays readable; restored afterwards."""
+    import datasets
+
+    bars_were_on = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        import av
+
+        av.logging.set_level(av.logging.ERROR)
+    except ImportError:  # pragma: no cover - av is a LeRobot dependency
+        pass
+    try:
+        yield
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()

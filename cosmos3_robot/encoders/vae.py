@@ -45,6 +45,7 @@ from cosmos3_robot.processors.geometry import (
 )
 
 PATCH_SIZE = 2
+QUALITY_FILE = "cosmos3_quality.json"  # `train-vae`'s last held-out evaluation, beside the weights
 _TEMPORAL_DOWNSAMPLE = [False, True, True]
 
 # Published with the Wan2.2 TI2V-5B VAE (vae/config.json of Wan-AI/Wan2.2-TI2V-5B-Diffusers).
@@ -216,6 +217,11 @@ def check_frames(frames: Tensor) -> None:
         )
     num_latent_frames(frames.shape[1])
     check_spatial_size(frames.shape[3], frames.shape[4])
+    if not bool(torch.isfinite(frames).all()):
+        bad = int((~torch.isfinite(frames)).sum())
+        raise ValueError(
+            f"frames hold {bad} NaN/inf value(s); one bad pixel would turn every latent into NaN"
+        )
     lo, hi = frames.aminmax()
     if lo < -1e-3 or hi > 1 + 1e-3:
         raise ValueError(

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cosmos3_robot.datasets.writer import STATE_DIR, close_session, commit, open_session, rollback, wipe
+from cosmos3_robot.datasets.writer import (
+    STATE_DIR,
+    close_session,
+    commit,
+    open_session,
+    quiet_writer,
+    rollback,
+    wipe,
+)
 
 Policy = Callable[[dict], np.ndarray]
 PolicyFactory = Callable[["object", int], Policy]  # (env, episode_seed) -> policy(obs) -> action
@@ -195,12 +203,8 @@ def record_dataset(
     features = dataset_features(env)
     if policy_factory is None:
         policy_factory = lambda env_, s: make_expert(env_, noise=noise, seed=s).act  # noqa: E731
-    import datasets
-
-    bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.utils.logging.disable_progress_bar()  # one "Map" bar per saved episode otherwise
     try:
-        with _lock(root):
+        with _lock(root), quiet_writer():
             done = _prepare_root(root, repo_id, env_id, fps, features)
             result = RecordResult(root, repo_id, done, 0, 0, 0.0)
             bar = tqdm(total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep",
@@ -215,8 +219,6 @@ def record_dataset(
                 bar.close()
     finally:
         env.close()
-        if bars_were_on:
-            datasets.utils.logging.enable_progress_bar()
     result.seconds = time.perf_counter() - t0
     return result
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from cosmos3_robot.files import check_safetensors, read_json
 from cosmos3_robot.interop.checkpoint import set_tensor
 from cosmos3_robot.interop.diffusers_config import (
     DiffusersCompat,
@@ -153,7 +154,9 @@ def _weight_files(path: Path) -> dict[str, Path]:
     """tensor name -> safetensors file holding it."""
     index = path / INDEX_NAME
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json(index, "shard index")["weight_map"]
+        for file in sorted(set(weight_map.values())):
+            check_safetensors(path / file)
         return {name: path / file for name, file in weight_map.items()}
     single = path / WEIGHTS_NAME
     if not single.exists():
@@ -163,6 +166,7 @@ def _weight_files(path: Path) -> dict[str, Path]:
         )
     from safetensors import safe_open
 
+    check_safetensors(single)
     with safe_open(str(single), framework="pt") as f:
         return {name: single for name in f.keys()}
 
@@ -197,7 +201,7 @@ def load_diffusers_cosmos3(
 
     path = _resolve_folder(folder)
     config, compat = config_from_diffusers(
-        json.loads((path / "config.json").read_text()), num_train_timesteps
+        read_json(path / "config.json", "Diffusers config"), num_train_timesteps
     )
     files = _weight_files(path)
     mapping = tensor_mapping(config)

@@ -30,6 +30,7 @@ from safetensors import safe_open
 from torch import nn
 
 from cosmos3_robot.encoders.vit import ViT, ViTConfig
+from cosmos3_robot.files import check_safetensors, read_json
 from cosmos3_robot.interop.checkpoint import (
     STORED_DTYPES,
     meta_parameters,
@@ -231,23 +232,26 @@ def read_hf_config(folder: str | Path) -> dict[str, Any]:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json")
-    return json.loads(path.read_text())
+    return read_json(path, "Qwen3-VL config")
 
 
 def weight_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> safetensors file, from the shard index or from the files themselves."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json(index, "shard index")["weight_map"]
         absent = sorted({f for f in weight_map.values() if not (folder / f).is_file()})
         if absent:
             raise FileNotFoundError(f"{index} names shard files that are missing: {absent}")
+        for f in sorted(set(weight_map.values())):
+            check_safetensors(folder / f)
         return {k: folder / f for k, f in weight_map.items()}
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{folder} has no *.safetensors weights (pytorch .bin files are not read)")
     where: dict[str, Path] = {}
     for path in files:
+        check_safetensors(path)
         with safe_open(str(path), framework="pt") as f:
             for k in f.keys():
                 if k in where:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig
+from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, check_obs
 from cosmos3_robot.policies.world_model import WorldModel
 
 
@@ -84,6 +84,7 @@ class WorldModelPolicy:
         self.chunks, self._step = [], 0
 
     def act(self, obs: dict, task: str) -> np.ndarray:
+        check_obs(obs, task)
         if not self.runner.queue:
             t0 = time.perf_counter()
             chunk = self.runner.plan(obs["pixels"], task)

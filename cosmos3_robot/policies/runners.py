@@ -33,6 +33,17 @@ class SamplingConfig:
         make_sampler(self.sampler)  # validates the name
 
 
+def check_obs(obs: dict, task: str) -> None:
+    """Raise, in the caller's terms, unless `obs` is an env observation with pixels and `task` a text."""
+    if not isinstance(obs, dict) or "pixels" not in obs:
+        keys = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+        raise ValueError(
+            f"obs must be an env observation dict with a 'pixels' image (H, W, 3) uint8, got {keys}"
+        )
+    if not isinstance(task, str):
+        raise ValueError(f"task must be the instruction text (a str), got {task!r}")
+
+
 @dataclass
 class PolicyRunner:
     """Closed-loop policy: every `execute` env steps, sample an action chunk from the current frame.
@@ -91,6 +102,13 @@ class PolicyRunner:
         return frames.permute(0, 2, 3, 1).numpy()
 
     def act(self, obs: dict, task: str) -> np.ndarray:
+        if not isinstance(obs, dict) or "pixels" not in obs:
+            keys = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(
+                f"obs must be an env observation dict with a 'pixels' image (H, W, 3) uint8, got {keys}"
+            )
+        if not isinstance(task, str):
+            raise ValueError(f"task must be the instruction text (a str), got {task!r}")
         if not self.queue:
             self.queue.extend(self.plan(obs["pixels"], task)[: self.execute])
         return self.queue.popleft().astype(np.float32)

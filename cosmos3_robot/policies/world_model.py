@@ -128,9 +128,20 @@ class WorldModel:
     @torch.no_grad()
     def decode_latents(self, latents: Tensor) -> Tensor:
         """latents (B, C, T_lat, h, w) -> uint8 frames (B, T, 3, H, W)."""
+        if latents.ndim != 5 or latents.shape[1] != self.vae.latent_channels:
+            raise ValueError(
+                f"latents must be (B, {self.vae.latent_channels}, T_lat, h, w), got shape {tuple(latents.shape)}"
+            )
+        if not bool(torch.isfinite(latents).all()):
+            raise ValueError(
+                "latents hold NaN/inf: the model that produced them is broken (check its weights)"
+            )
         return to_uint8(self.vae.decode(latents))
 
     def prompt(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        bad = [t for t in texts if not isinstance(t, str)]
+        if bad:
+            raise ValueError(f"task texts must be strings, got {bad!r} (use '' for no instruction)")
         return self.tokenizer.batch_encode(texts)
 
     def clip_batch(
@@ -159,7 +170,16 @@ class WorldModel:
             if actions is None:  # placeholders (the actions are generated): zeros, with the real mask
                 norm, mask = pad_actions(torch.zeros(b, g.num_actions, self.actions.dim), self.actions.width)
             else:
-                norm, mask = self.actions.encode(torch.as_tensor(actions, dtype=torch.float32))
+                actions = torch.as_tensor(actions, dtype=torch.float32)
+                want = (b, g.num_actions, self.actions.dim)
+                if tuple(actions.shape) != want:
+                    raise ValueError(
+                        f"actions must be (batch, actions per clip, action dims) = {want} in env units, got "
+                        f"shape {tuple(actions.shape)}"
+                    )
+                if not bool(torch.isfinite(actions).all()):
+                    raise ValueError("actions hold NaN/inf")
+                norm, mask = self.actions.encode(actions)
             batch.action = norm
             batch.action_time = g.action_time().expand(b, -1).clone()
             batch.action_valid = torch.ones(b, g.num_actions, dtype=torch.bool)

@@ -148,7 +148,11 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    data_root, vae_dir, train_dir = out / "data", out / "vae", out / "train"
+    # Each stage's folder is named by the settings it depends on: a re-run with the same settings
+    # reuses it, and changed settings train a new one beside it (never a mix of the two).
+    data_root = out / "data"
+    vae_dir = out / f"vae_{args.preset}_{args.image_size}px_{args.vae_minutes:g}min"
+    train_dir = out / f"train_{vae_dir.name.removeprefix('vae_')}_{args.train_steps}steps"
     timings: dict[str, float] = {}
 
     t = _step(f"1/4 record {args.episodes} expert episodes of {args.env} at {args.image_size}px")
@@ -161,13 +165,16 @@ def main(argv: list[str]) -> int:
     print(f"   {rec.total_episodes} episodes in {data_root}")
 
     t = _step(f"2/4 train the small video VAE ({args.vae_minutes} min budget)")
+    # Its latent channels are the Generator preset's. A finished VAE of these settings is reused.
+    from cosmos3_robot.model.config import preset as model_preset
     from cosmos3_robot.scripts import train_vae as vae_train
 
     if not (vae_dir / "vae" / "config.json").exists():
         vae_train.main([
             "--repo-id", "local/demo", "--root", str(data_root), "--out", str(vae_dir), "--preset", "sim-small",
-            "--size", str(args.image_size), "--steps", str(int(300 * args.vae_minutes)), "--max-minutes", str(args.vae_minutes),
-            "--eval-every", "100", "--holdout-episodes", "2",
+            "--latent-channels", str(model_preset(args.preset).latent_channels),
+            "--size", str(args.image_size), "--steps", str(int(300 * args.vae_minutes)),
+            "--max-minutes", str(args.vae_minutes), "--eval-every", "100", "--holdout-episodes", "2",
             # default 30 % clip steps: all clip steps gave 25.7 dB held-out instead of 23.2, but its
             # latents left forward dynamics only 1.5x better than the baseline after 900 steps (22-25x here)
         ])  # fmt: skip
@@ -181,7 +188,8 @@ def main(argv: list[str]) -> int:
         "stage=generator", f"model={args.preset}", f"steps={args.train_steps}", f"out={train_dir}",
         "data.source=lerobot", f"data.root={data_root}", "data.repo_id=local/demo", "data.batch_size=16",
         f"+data.options.vae={vae_dir / 'vae'}", "+data.options.num_frames=5", "+data.options.num_actions=4",
-        "+data.options.val_fraction=0.2", "+data.options.latent_cache=" + str(out / "latents"),
+        "+data.options.val_fraction=0.2", "+data.options.latent_cache=" + str(out / f"latents_{vae_dir.name}"),
+        "+data.options.allow_weak_vae=true",  # a 4-minute VAE: the demo measures and reports how weak
         "optim.lr=1e-3", "optim.warmup_steps=30", f"checkpoint.every={args.train_steps}",
         "val_every=100",
     ])  # fmt: skip

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from cosmos3_robot.datasets.episodes import open_source, read_episodes
-    from cosmos3_robot.datasets.writer import rollback
+    from cosmos3_robot.datasets.writer import quiet_writer, rollback
     from cosmos3_robot.policies.labelling import EpisodeLabeller
     from cosmos3_robot.policies.runners import SamplingConfig
     from cosmos3_robot.policies.world_model import WorldModel
@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         report["seconds"] += time.perf_counter() - t0
         report["encode_seconds"] += world.encode_seconds - enc0
         for ep, lab in zip(eps, labels, strict=True):
-            write_episode(out, repo_id, fps, features, ep, lab)
+            with quiet_writer():
+                write_episode(out, repo_id, fps, features, ep, lab)
             report["episodes_done"] += 1
             report["frames"] += len(ep.frames)
             write_json_atomic(report_path, report)

@@ -31,7 +31,13 @@ schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error).
   model=tiny|sim-small                         model preset (conf/model/*.yaml)
   model.init=PATH  model.vit=tiny|sim-small    start from a save_model folder; train a ViT
   stage=reasoner|generator  steps=N  seed=S  precision=fp32|bf16  out=DIR
-  data.source=synthetic|lerobot  data.root=DIR  data.batch_size=B (global)  data.options.K=V
+  data.source=synthetic|lerobot  data.root=DIR  data.batch_size=B (global)
+  +data.options.K=V   (lerobot: a field of cosmos3_robot.training.data.DataConfig; the `+` is
+                      needed because options start empty): vae=DIR (train-vae's vae/ folder, the
+                      frozen VAE) or vae_preset=tiny (random VAE, smoke tests only), num_frames=1+4k,
+                      num_actions=N, obs_frames=K, image_key, action_key, val_fraction, clip_stride,
+                      latent_cache=true|DIR, action_free_folder=DIR, tokenizer=DIR, allow_weak_vae
+  model.latent_channels=C                      the frozen VAE's latent channels, if not the preset's
   optim.lr=  optim.warmup_steps=  optim.weight_decay=  optim.grad_clip=  optim.min_lr_ratio=
   generator.modes='{{forward_dynamics:0.3,inverse_dynamics:0.3,policy:0.3,video:0.1}}'
   generator.mode_mix=per_sample|per_batch  generator.prompt_dropout=P  generator.sigma.shift=S
@@ -70,6 +76,18 @@ def build_data(cfg: TrainConfig, model_config: ModelConfig, vit=None):
 # ------------------------------------------------------------------------------------------------
 
 
+# Dict-valued keys that a command-line value replaces whole (Hydra would merge it into the default,
+# so `generator.modes={video:1.0}` would still train all four modes).
+REPLACED_DICTS = ("generator.modes", "generator.loss_weights")
+
+
+def _parse_value(text: str):
+    from hydra._internal.grammar.utils import escape_special_characters  # noqa: F401  (grammar loaded)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(f"x={text}").value()
+
+
 def register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
@@ -89,6 +107,11 @@ def compose(overrides: list[str]) -> TrainConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
             raw = hydra_compose(config_name="train", overrides=overrides)
         raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+        for key in REPLACED_DICTS:  # a dict given on the command line replaces the default, not merges
+            given = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
+            if given:
+                value = OmegaConf.create({"v": _parse_value(given[-1].split("=", 1)[1])})["v"]
+                OmegaConf.update(raw, key, value, merge=False)
         return OmegaConf.to_object(raw)
     except (HydraException, OmegaConfBaseException) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -144,9 +167,16 @@ def run(cfg: TrainConfig, config_text: str | None = None) -> int:
             (Path(cfg.out) / "config.yaml").write_text(config_text)
         summary = trainer.fit()
         if info.is_main:
-            print(
-                f"trained {summary['step']} steps in {summary['seconds']:.1f} s; final loss {summary['final_loss']:.4f}"
-            )
+            if summary["steps_run"] == 0:
+                print(
+                    f"{cfg.out} is already trained to step {summary['step']} (steps={cfg.steps}); nothing to do"
+                )
+            else:
+                loss = summary["final_loss"]
+                print(
+                    f"trained {summary['steps_run']} steps (to step {summary['step']}) in {summary['seconds']:.1f} s; "
+                    f"mean loss over the last {summary['final_loss_window']} steps {loss:.4f}"
+                )
             print(
                 f"model: {summary['model']}  metrics: {summary['metrics']}  plots: {', '.join(summary['plots'])}"
             )

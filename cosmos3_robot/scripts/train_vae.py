@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from cosmos3_robot.training.vae import VAETrainConfig, train_vae
+from cosmos3_robot.training.vae import train_vae
+from cosmos3_robot.training.vae_config import VAETrainConfig
 
 _HELP = {
     "out": "output folder (checkpoint.safetensors + vae/ + train_log.json); resumed if present",
     "repo_id": "LeRobot dataset repo id (default: local/<root folder name>)",
-    "root": "local LeRobot dataset folder (read offline)",
+    "root": "local LeRobot dataset folder(s), read offline; several train one VAE for an env suite",
     "video_key": "the dataset's image key",
     "preset": "VAE size preset (tiny, sim-small, wan2.2)",
     "latent_channels": "override the preset's latent channels (must equal the world model's)",
@@ -58,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["required"] = True
         else:
             kwargs["default"] = field.default
+        if name == "root":
+            kwargs["nargs"] = "+"
         if name == "loss":
             kwargs["choices"] = ("mse", "l1")
         if name == "dtype":

@@ -18,12 +18,28 @@ says which field to change.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 STAGES = ("reasoner", "generator", "vae")
 PRECISIONS = ("fp32", "bf16")
 DEFAULT_MODES = {"forward_dynamics": 0.3, "inverse_dynamics": 0.3, "policy": 0.3, "video": 0.1}
+
+
+def _finite(obj: object, *names: str) -> None:
+    """Raise naming the key unless each value is a finite number (NaN passes every < and > test)."""
+    for name in names:
+        v = getattr(obj, name)
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            section = {
+                "OptimSection": "optim.",
+                "SigmaSection": "generator.sigma.",
+                "GeneratorSection": "generator.",
+            }
+            raise ValueError(
+                f"{section.get(type(obj).__name__, '')}{name} must be a finite number, got {v!r}"
+            )
 
 
 def _choice(obj: object, name: str, choices: tuple[str, ...]) -> None:
@@ -39,12 +55,25 @@ class ModelSection:
     # or an imported Qwen3-VL / Cosmos 3 folder). None: random init from `preset`.
     init: str | None = None
     vit: str | None = None  # ViT preset (cosmos3_robot.encoders.vit.vit_preset) trained with the Reasoner
+    # The preset's latent channels replaced (= the frozen VAE's, e.g. 48 for a Wan2.2-width VAE).
+    latent_channels: int | None = None
 
     def __post_init__(self) -> None:
         from cosmos3_robot.model.config import PRESETS
 
-        if self.init is None and self.preset not in PRESETS:
+        if self.preset not in PRESETS:
             raise ValueError(f"model.preset={self.preset!r}; choose one of {sorted(PRESETS)}")
+        if self.latent_channels is not None and self.latent_channels < 1:
+            raise ValueError(f"model.latent_channels must be >= 1, got {self.latent_channels}")
+
+    def config(self):
+        """The ModelConfig this section describes (the preset, with its overrides)."""
+        from cosmos3_robot.model.config import preset
+
+        cfg = preset(self.preset)
+        if self.latent_channels is not None:
+            cfg = dataclasses.replace(cfg, latent_channels=self.latent_channels)
+        return cfg
 
 
 @dataclass
@@ -76,6 +105,7 @@ class OptimSection:
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)
+        _finite(self, "lr", "eps", "weight_decay", "grad_clip", "min_lr_ratio")
         if self.lr <= 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ValueError("optim needs lr > 0, warmup_steps >= 0 and 0 <= min_lr_ratio <= 1")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -88,6 +118,12 @@ class SigmaSection:
     mean: float = 0.0
     std: float = 1.0
     shift: float = 1.0
+
+    def __post_init__(self) -> None:
+        _finite(self, "mean", "std", "shift")
+        _choice(self, "kind", ("logit_normal", "uniform"))
+        if self.std <= 0 or self.shift <= 0:
+            raise ValueError(f"generator.sigma.std and .shift must be > 0, got {self.std} and {self.shift}")
 
 
 @dataclass
@@ -108,6 +144,17 @@ class GeneratorSection:
         unknown = sorted(set(self.modes) - set(TASKS))
         if unknown:
             raise ValueError(f"generator.modes has unknown modes {unknown}; choose from {sorted(TASKS)}")
+        bad = {k: v for k, v in self.modes.items() if not (isinstance(v, int | float) and math.isfinite(v))}
+        if bad:
+            raise ValueError(f"generator.modes weights must be finite numbers, got {bad}")
+        bad = {
+            k: v
+            for k, v in self.loss_weights.items()
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0)
+        }
+        if bad:
+            raise ValueError(f"generator.loss_weights must be finite numbers >= 0, got {bad}")
+        _finite(self, "prompt_dropout")
         if not self.modes or any(v < 0 for v in self.modes.values()) or sum(self.modes.values()) <= 0:
             raise ValueError(
                 f"generator.modes needs non-negative proportions with a positive sum, got {self.modes}"
@@ -177,6 +224,8 @@ class TrainConfig:
             raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1 (or null for torch's default), got {self.threads}")
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))

@@ -38,7 +38,7 @@ from torch import Tensor
 from cosmos3_robot.encoders.vit import ViT, vit_preset
 from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, rank_rows, wrap
 from cosmos3_robot.interop.checkpoint import load_model
-from cosmos3_robot.model import MoT, preset
+from cosmos3_robot.model import MoT
 from cosmos3_robot.tasks import ClipBatch
 from cosmos3_robot.training import checkpoint as ckpt
 from cosmos3_robot.training.config import TrainConfig
@@ -67,11 +67,19 @@ NULL_TOKEN = 0  # the null prompt of classifier-free guidance: one token, id 0
 def build_model(cfg: TrainConfig) -> tuple[MoT, ViT | None]:
     """From `model.init` (a save_model folder) or a fresh preset (seeded by cfg.seed)."""
     torch.manual_seed(cfg.seed)
+    want = cfg.model.config()
     if cfg.model.init:
         model, vit, _ = load_model(cfg.model.init, dtype=torch.float32)
         model.train()
+        if model.config.to_dict() != want.to_dict():
+            changed = sorted(k for k, v in want.to_dict().items() if model.config.to_dict().get(k) != v)
+            raise ValueError(
+                f"model.init={cfg.model.init} holds a model that differs from model={cfg.model.preset} in "
+                f"{changed}; pass the preset (and overrides) the folder was built with, so that the run's "
+                "config.yaml says what is trained"
+            )
     else:
-        model = MoT(preset(cfg.model.preset))
+        model = MoT(want)
         vit = None
     if cfg.model.vit and vit is None:
         vit = ViT(vit_preset(cfg.model.vit, model.config.reasoner.hidden_size))
@@ -356,7 +364,7 @@ class Trainer(TrainerCheckpoints):
         window: dict[str, list[float]] = defaultdict(list)
         it = self._train_batches()
         last_saved = self.step if ckpt.latest_checkpoint(self.ckpt_root) else -1
-        t_start = time.perf_counter()
+        t_start, start_step = time.perf_counter(), self.step
         while self.step < cfg.steps:
             rec = self.train_step(next(it))
             self.history.append(rec)
@@ -380,14 +388,22 @@ class Trainer(TrainerCheckpoints):
                 last_saved = self.step
         if bar is not None:
             bar.close()
+        seconds = time.perf_counter() - t_start
+        if main and self.step > start_step:
+            print(
+                "saving the last checkpoint, exporting the model (EMA weights) and plotting ...", flush=True
+            )
         if last_saved != self.step:
             self.save()
         model_dir = self.export()
         plots = plot_losses(self.out / "metrics.jsonl", self.out / "plots") if main else []
+        tail = [r["loss"] for r in self.history[-cfg.log_every :]]  # what the bar showed last
         return {
             "step": self.step,
-            "seconds": time.perf_counter() - t_start,
-            "final_loss": self.history[-1]["loss"] if self.history else None,
+            "steps_run": self.step - start_step,
+            "seconds": seconds,
+            "final_loss": sum(tail) / len(tail) if tail else None,
+            "final_loss_window": len(tail),
             "model": str(model_dir),
             "plots": [str(p) for p in plots],
             "metrics": str(self.out / "metrics.jsonl"),

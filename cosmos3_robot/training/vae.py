@@ -27,16 +27,15 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from cosmos3_robot.datasets.episodes import iter_lerobot_episodes
 from cosmos3_robot.datasets.sources import open_lerobot_dataset
-from cosmos3_robot.encoders.vae import VAE_PRESETS, VideoVAE, vae_config
+from cosmos3_robot.encoders.vae import QUALITY_FILE, VideoVAE
 from cosmos3_robot.eval.metrics import (
     COLLAPSED_SPREAD,
     IGNORED_LATER_LATENTS,
@@ -44,83 +43,11 @@ from cosmos3_robot.eval.metrics import (
     latent_spread,
     later_latent_use,
 )
-from cosmos3_robot.files import CheckpointError, save_tensors
+from cosmos3_robot.files import CheckpointError, save_tensors, write_json
 from cosmos3_robot.processors.geometry import check_spatial_size
+from cosmos3_robot.training.vae_config import VAETrainConfig
 
 CLIP_FRAMES = 5  # the shortest clip that exercises the temporal path (latent 0 + latent 1)
-
-
-@dataclass
-class VAETrainConfig:
-    """One `train-vae` run. Defaults from the run that reached 31.7 dB held-out at 128x128 (48 latent
-    channels, 2610 steps, 25 min on 2 cores); L1 + KL 1e-4 + lr 1e-3 plateaued near 25 dB."""
-
-    out: str  # output folder (checkpoint + vae/); resumed if present
-    repo_id: str | None = None  # LeRobot dataset repo id (default: local/<root name>)
-    root: str | None = None  # local dataset folder (offline)
-    video_key: str = "observation.image"
-    preset: str = "sim-small"
-    latent_channels: int | None = None  # override the preset's latent channels
-    base_dim: int | None = None  # override the preset's encoder width
-    size: int | None = None  # resize frames to size x size (multiple of 32)
-    steps: int = 2000
-    batch_frames: int = 8  # frames per step (clips: batch_frames // 5 clips)
-    video_fraction: float = 0.3  # share of steps that train on 5-frame clips
-    lr: float = 2e-3
-    warmup: int = 100
-    loss: str = "mse"  # "mse" or "l1"
-    kl_weight: float = 1e-6
-    edge_weight: float = 0.5
-    dtype: str = "bf16"  # autocast dtype for training: "bf16" or "fp32"
-    holdout_episodes: int = 2
-    max_episodes: int | None = None  # use only the first N episodes
-    eval_every: int = 250
-    save_every: int = 500
-    max_minutes: float | None = None  # stop (and save) after this wall time
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.root is None and self.repo_id is None:
-            raise ValueError(
-                "train-vae needs a dataset: give --root DIR (a LeRobot dataset folder) or --repo-id"
-            )
-        positive = ("steps", "batch_frames", "warmup", "eval_every", "save_every", "holdout_episodes")
-        for name in positive:
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("latent_channels", "base_dim", "max_episodes"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"{name} must be a positive integer or unset, got {v!r}")
-        for name in ("lr", "kl_weight", "edge_weight", "video_fraction"):
-            v = getattr(self, name)
-            if not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-        if not 0 <= self.video_fraction <= 1:
-            raise ValueError(f"video_fraction is a share of steps, in [0, 1]; got {self.video_fraction}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.max_minutes is not None and not (math.isfinite(self.max_minutes) and self.max_minutes > 0):
-            raise ValueError(f"max_minutes must be a positive number of minutes, got {self.max_minutes}")
-        if self.preset not in VAE_PRESETS:
-            raise ValueError(f"preset {self.preset!r} is not one of {list(VAE_PRESETS)}")
-        if self.loss not in ("mse", "l1") or self.dtype not in ("bf16", "fp32"):
-            raise ValueError(f"loss must be mse|l1 and dtype bf16|fp32, got {self.loss!r}, {self.dtype!r}")
-        if self.size is not None:
-            check_spatial_size(self.size, self.size)
-
-    def vae_config(self):
-        overrides: dict[str, Any] = {}
-        if self.latent_channels:
-            overrides["latent_channels"] = self.latent_channels
-        if self.base_dim:
-            overrides["base_dim"] = overrides["decoder_base_dim"] = self.base_dim
-        return vae_config(self.preset, **overrides)
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,19 +90,29 @@ class FrameBank:
 
 
 def load_frames(cfg: VAETrainConfig) -> tuple[FrameBank, FrameBank, dict]:
-    dataset = open_lerobot_dataset(cfg.repo_id, cfg.root)
-    total = dataset.meta.total_episodes
-    n = total if cfg.max_episodes is None else min(cfg.max_episodes, total)
-    if n <= cfg.holdout_episodes:
-        raise ValueError(
-            f"dataset {cfg.root or cfg.repo_id} has {n} episodes; need more than "
-            f"--holdout-episodes={cfg.holdout_episodes} (record more, or lower --holdout-episodes)"
-        )
-    frames = [f for _, f, _ in iter_lerobot_episodes(dataset, cfg.video_key, range(n), cfg.size)]
-    check_spatial_size(*frames[0].shape[-2:])
-    cut = n - cfg.holdout_episodes
-    info = {"repo_id": dataset.repo_id, "fps": dataset.fps, "episodes": n, "heldout": list(range(cut, n))}
-    return FrameBank(frames[:cut]), FrameBank(frames[cut:]), info
+    """Every frame of every dataset in memory; the last `holdout_episodes` of each are held out."""
+    roots = cfg.root if isinstance(cfg.root, list) else [cfg.root]
+    train, held, info = [], [], {"datasets": []}
+    for root in roots:
+        dataset = open_lerobot_dataset(cfg.repo_id if len(roots) == 1 else None, root)
+        total = dataset.meta.total_episodes
+        n = total if cfg.max_episodes is None else min(cfg.max_episodes, total)
+        if n <= cfg.holdout_episodes:
+            raise ValueError(
+                f"dataset {root or cfg.repo_id} has {n} episodes; need more than "
+                f"--holdout-episodes={cfg.holdout_episodes} (record more, or lower --holdout-episodes)"
+            )
+        frames = [f for _, f, _ in iter_lerobot_episodes(dataset, cfg.video_key, range(n), cfg.size)]
+        check_spatial_size(*frames[0].shape[-2:])
+        if train and frames[0].shape[-2:] != train[0].shape[-2:]:
+            raise ValueError(f"dataset {root} has {tuple(frames[0].shape[-2:])} frames, the first one "
+                             f"{tuple(train[0].shape[-2:])}; pass --size to resize them all")  # fmt: skip
+        cut = n - cfg.holdout_episodes
+        train += frames[:cut]
+        held += frames[cut:]
+        info["datasets"].append({"repo_id": dataset.repo_id, "root": str(root), "fps": dataset.fps,
+                                 "episodes": n, "heldout": list(range(cut, n))})  # fmt: skip
+    return FrameBank(train), FrameBank(held), info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +311,9 @@ class VAETrainer:
         self.out.mkdir(parents=True, exist_ok=True)
         save_vae_checkpoint(self.ckpt_path, self.vae, self.opt, self.gen, meta)
         self.vae.save_pretrained(self.out / "vae")
+        if self.history:  # what `frozen_vae` reads before training on this VAE
+            last = {**self.history[-1], "data": self.info, "args": asdict(self.cfg)}
+            write_json(self.out / "vae" / QUALITY_FILE, last)
         tmp = self.out / ".train_log.json.tmp"
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, self.out / "train_log.json")

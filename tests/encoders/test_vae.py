@@ -95,7 +95,8 @@ def test_small_preset_latent_channels_configurable() -> None:
 
 def test_reconstruction_improves_with_training() -> None:
     from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, frame_psnr, latent_spread
-    from cosmos3_robot.training.vae import VAETrainConfig, vae_loss
+    from cosmos3_robot.training.vae import vae_loss
+    from cosmos3_robot.training.vae_config import VAETrainConfig
 
     torch.manual_seed(0)
     vae = VideoVAE(vae_config("tiny"))

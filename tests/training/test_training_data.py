@@ -34,7 +34,15 @@ def reach(tmp_path_factory):
 
 
 def gen_cfg(root, **kw) -> DataConfig:
-    base = dict(root=str(root), num_frames=5, num_actions=5, batch_size=3, val_fraction=0.34, seed=0)
+    base = dict(
+        root=str(root),
+        num_frames=5,
+        num_actions=5,
+        batch_size=3,
+        val_fraction=0.34,
+        seed=0,
+        vae_preset="tiny",
+    )
     return DataConfig(**{**base, **kw})
 
 
@@ -193,7 +201,7 @@ def test_generator_bad_inputs(reach, tmp_path):
 
     VideoVAE(vae_config("tiny", latent_channels=4)).save_pretrained(tmp_path / "vae4")
     with pytest.raises(ValueError, match="latent channels"):
-        make_generator_data(gen_cfg(reach, vae=str(tmp_path / "vae4")), preset("tiny"))
+        make_generator_data(gen_cfg(reach, vae=str(tmp_path / "vae4"), vae_preset=None), preset("tiny"))
     with pytest.raises(ValueError, match="embodiment"):
         make_generator_data(gen_cfg(reach, embodiment=5), preset("tiny"))
 
@@ -269,3 +277,19 @@ def test_reasoner_bad_inputs(tmp_path):
     small.vocab_size = 100
     with pytest.raises(ValueError, match="vocab_size"):
         make_reasoner_data(DataConfig(root=str(root), val_fraction=0.0, text="caption"), small)
+
+
+def test_the_generator_stage_needs_a_vae_worth_freezing(reach, tmp_path):
+    from cosmos3_robot.encoders.vae import QUALITY_FILE, VideoVAE, vae_config
+    from cosmos3_robot.files import write_json
+
+    with pytest.raises(ValueError, match="needs a frozen video VAE.*vae_preset=tiny"):
+        make_generator_data(gen_cfg(reach, vae_preset=None), preset("tiny"))
+    folder = tmp_path / "vae"
+    VideoVAE(vae_config("tiny")).save_pretrained(folder)
+    write_json(
+        folder / QUALITY_FILE, {"latent_spread": 0.01, "later_latent_use": 0.6}
+    )  # as train-vae writes it
+    with pytest.raises(ValueError, match="not worth freezing.*latent spread is 0.01"):
+        make_generator_data(gen_cfg(reach, vae_preset=None, vae=str(folder)), preset("tiny"))
+    make_generator_data(gen_cfg(reach, vae_preset=None, vae=str(folder), allow_weak_vae=True), preset("tiny"))

@@ -48,10 +48,13 @@ class DataConfig:
     val_fraction: float = 0.1
     max_val_batches: int = 4
     seed: int = 0
-    # Video VAE: a trained Diffusers AutoencoderKLWan folder, or None = a random frozen one of
-    # `vae_preset` with the model's latent channels (tests and smoke runs only).
+    # Video VAE (generator stage): a trained Diffusers AutoencoderKLWan folder (`train-vae`), or, for
+    # tests and smoke runs only, `vae_preset`: a seeded random frozen VAE with the model's latent
+    # channels. One of the two must be given. A VAE whose `train-vae` evaluation says it collapsed
+    # or ignores later latents is refused unless `allow_weak_vae`.
     vae: str | None = None
-    vae_preset: str = "tiny"
+    vae_preset: str | None = None
+    allow_weak_vae: bool = False
     latent_cache: bool | str = False  # True: ~/.cache/cosmos3_robot/latents; a str: that folder
     action_free_folder: str | None = None  # mp4 clips mixed into generator training, action=None
     # Text.

@@ -24,7 +24,9 @@ from cosmos3_robot.datasets import (
     open_lerobot_dataset,
 )
 from cosmos3_robot.datasets.episodes import iter_lerobot_episodes
-from cosmos3_robot.encoders.vae import load_vae
+from cosmos3_robot.encoders.vae import QUALITY_FILE, VideoVAE, load_vae
+from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, IGNORED_LATER_LATENTS
+from cosmos3_robot.files import read_json
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.processors.actions import ActionTransform, EmbodimentRegistry
 from cosmos3_robot.processors.data_state import DataState, VAEReference
@@ -67,6 +69,32 @@ def _anchor_frames(ds: ClipDataset) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 # Generator stage
 # ------------------------------------------------------------------------------------------------
+
+
+def frozen_vae(cfg: DataConfig, model_cfg: ModelConfig) -> VideoVAE:
+    """The VAE the generator stage trains on; refuses none given, and a collapsed or ignoring one."""
+    if cfg.vae is None and cfg.vae_preset is None:
+        raise ValueError(
+            "the generator stage needs a frozen video VAE: +data.options.vae=FOLDER (the vae/ folder that "
+            "`cosmos3-robot train-vae` writes), or +data.options.vae_preset=tiny for a seeded random VAE "
+            "(smoke tests only: a random VAE shows the model nothing)"
+        )
+    if cfg.vae is not None and cfg.vae_preset is not None:
+        raise ValueError("give +data.options.vae or +data.options.vae_preset, not both")
+    vae = load_vae(cfg.vae, model_cfg.latent_channels, preset=cfg.vae_preset or "tiny", seed=cfg.seed)
+    quality = Path(cfg.vae) / QUALITY_FILE if cfg.vae is not None else None
+    if quality is not None and quality.exists() and not cfg.allow_weak_vae:
+        q = read_json(quality, "VAE quality report")
+        spread, use = q.get("latent_spread"), q.get("later_latent_use")
+        if (spread is not None and spread < COLLAPSED_SPREAD) or (
+            use is not None and use < IGNORED_LATER_LATENTS
+        ):
+            raise ValueError(
+                f"VAE {cfg.vae} is not worth freezing: its held-out latent spread is {spread} (collapsed below "
+                f"{COLLAPSED_SPREAD}) / later-latent use {use} (ignored below {IGNORED_LATER_LATENTS}); train it "
+                "longer with `cosmos3-robot train-vae`, or pass +data.options.allow_weak_vae=true to use it anyway"
+            )
+    return vae
 
 
 class GeneratorData:
@@ -113,7 +141,7 @@ class GeneratorData:
         self.action_transform = self._action_transform(meta) if cfg.num_actions > 0 else None
         self.free_ds, self.free_idx = self._action_free_clips()
 
-        self.vae = load_vae(cfg.vae, model_cfg.latent_channels, preset=cfg.vae_preset, seed=cfg.seed)
+        self.vae = frozen_vae(cfg, model_cfg)
         self.vae_fingerprint = vae_fingerprint(self.vae)  # frozen here: hashed once, not per state()
         self.cache: LatentCache | None = None
         self.cache_dir: Path | None = None
