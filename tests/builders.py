@@ -71,3 +71,29 @@ def make_trainer(tmp_path, data_kw=None, **kw) -> Trainer:
     model = MoT(preset("tiny"))
     data = SyntheticData(model.config, cfg.stage, cfg.data.batch_size, batches_per_epoch=2, **(data_kw or {}))
     return Trainer(cfg, data, model=model)
+
+
+def tiny_act_checkpoint(dataset_root, out):
+    """A random-init LeRobot ACT policy (tiny dims, no downloaded backbone weights) with its
+    normalisation processors, saved as `lerobot-train` saves a checkpoint, for the dataset at
+    `dataset_root` (image + state -> action)."""
+    from lerobot.configs.types import FeatureType
+    from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.utils.feature_utils import dataset_to_policy_features
+
+    meta = LeRobotDatasetMetadata("local/data", root=dataset_root)
+    feats = dataset_to_policy_features(meta.features)
+    inputs = {k: f for k, f in feats.items() if k in ("observation.image", "observation.state")}
+    outputs = {k: f for k, f in feats.items() if f.type == FeatureType.ACTION}
+    cfg = ACTConfig(input_features=inputs, output_features=outputs, chunk_size=4, n_action_steps=4, dim_model=32,
+                    n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_vae_encoder_layers=1,
+                    pretrained_backbone_weights=None, device="cpu", push_to_hub=False)  # fmt: skip
+    torch.manual_seed(0)
+    policy = ACTPolicy(cfg)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=meta.stats)
+    for part in (policy, pre, post):
+        part.save_pretrained(out)
+    return out

@@ -23,12 +23,17 @@ _ENVS: dict[str, tuple[str, int]] = {
     f"{NAMESPACE}/Push-v0": ("cosmos3_robot.envs.push:PushEnv", 100),
 }
 ENV_IDS: list[str] = list(_ENVS)
+# The world model as a simulator (`policies/learned_env.py`), registered by name: `gym.make(LEARNED_ID,
+# model=DIR, env=ID)`. The entry point is a string, so importing the envs imports no model code.
+LEARNED_ID = f"{NAMESPACE}/Learned-v0"
 
 
 def register_envs() -> None:
     for env_id, (entry_point, steps) in _ENVS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, max_episode_steps=steps)
+    if LEARNED_ID not in gym.registry:  # its time limit is the real env's, applied inside
+        gym.register(id=LEARNED_ID, entry_point="cosmos3_robot.policies.learned_env:LearnedEnv")
 
 
 def make_env(env_id: str, **kwargs) -> gym.Env:
@@ -45,6 +50,7 @@ register_envs()
 
 __all__ = [
     "ENV_IDS",
+    "LEARNED_ID",
     "PHYSICS_HZ",
     "EnvConfig",
     "Expert",

@@ -108,3 +108,25 @@ def test_labeller_and_simulator_shapes(world):
     assert latents.shape[2] == 2
     with pytest.raises(ValueError, match="frames"):
         InverseDynamicsLabeller(wm).label_clip(frames[:3], s["task"])
+
+
+def test_learned_simulator_env_passes_check_env_and_repeats_a_seeded_episode(tiny_world):
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    import cosmos3_robot.envs  # noqa: F401  (registers the ids)
+
+    env = gym.make(
+        "cosmos3_robot/Learned-v0", model=str(tiny_world[0]), env="cosmos3_robot/Reach-v0", steps=1
+    )
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, info = env.reset(seed=3)
+    real = gym.make("cosmos3_robot/Reach-v0", image_size=32)
+    np.testing.assert_array_equal(obs["pixels"], real.reset(seed=3)[0]["pixels"])  # a real first frame
+    a = env.action_space.sample()
+    first = env.step(a)[0]["pixels"]
+    env.reset(seed=3)
+    np.testing.assert_array_equal(env.step(a)[0]["pixels"], first)  # seeded: the same imagined frame
+    assert first.shape == (32, 32, 3) and first.dtype == np.uint8
+    with pytest.raises(ValueError, match="trained on recordings of cosmos3_robot/Reach-v0"):
+        gym.make("cosmos3_robot/Learned-v0", model=str(tiny_world[0]), env="cosmos3_robot/Push-v0")

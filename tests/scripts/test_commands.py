@@ -120,3 +120,19 @@ def test_label_refuses_what_it_cannot_label(tiny_world, tmp_path, capsys):
     # A square video at another size is labelled with --resize, its task from <name>.txt.
     (videos / "short.txt").write_text("move the fingertip to the red target")
     assert run([*base, "--source", str(videos), "--resize"]) == 0
+
+
+def test_rollout_runs_a_lerobot_checkpoint_through_the_same_harness(tiny_world, tmp_path, capsys):
+    from tests.builders import tiny_act_checkpoint
+
+    act = tiny_act_checkpoint(tiny_world[1], tmp_path / "act")
+    out = tmp_path / "act_rollout"
+    assert run(["rollout", "--policy", f"lerobot:{act}", "--env", "cosmos3_robot/Reach-v0", "--episodes", "1",
+                "--out", str(out), "--no-progress", "--no-video"]) == 0  # fmt: skip
+    res = json.loads((out / "results.json").read_text())
+    assert res["episodes"] == 1 and res["latency_per_chunk"]["calls"] >= 1
+    steps = res["episodes_detail"][0]["steps"]
+    assert res["episodes_detail"][0]["replans"] == -(-steps // 4)  # ACT re-plans every 4 actions
+    assert run(["rollout", "--policy", f"tdmpc:{act}", "--env", "cosmos3_robot/Reach-v0", "--out",
+                str(tmp_path / "x"), "--no-progress"]) == 2  # fmt: skip
+    assert "give lerobot:DIR" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""The world model as a simulator: a Gymnasium env whose observations are the model's predicted frames.
+
+    env = gymnasium.make("cosmos3_robot/Learned-v0", model="runs/reach/model", env="cosmos3_robot/Reach-v0")
+    obs, info = env.reset(seed=0)       # a real first frame: the real env's reset, rendered
+    obs, reward, terminated, truncated, info = env.step(action)   # the frame the model imagines next
+
+Each step runs forward dynamics once: the current frame is the observed latent frame, the action
+is the clip's first action (held for the rest of the clip's actions, which the model needs but
+which come after the frame used), and the decoded frame one env step ahead becomes the new
+observation. Observations stay in imagination from the first step on: the real env is only used
+for its reset, its spaces, its task text and its time limit. Reward is 0 and `terminated` is False
+(the model does not judge success; `info["is_success"]` is absent), `truncated` at the real env's
+time limit. Sampling noise is seeded by the reset seed, so a seeded episode repeats exactly.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from cosmos3_robot.policies.runners import SamplingConfig, sample_mode
+from cosmos3_robot.policies.world_model import WorldModel
+
+
+class LearnedEnv(gym.Env):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, model: str, env: str, steps: int = 10, render_mode: str | None = "rgb_array"):
+        from cosmos3_robot.envs import make_env
+
+        self.world = WorldModel.from_folder(model)
+        if self.world.actions is None:
+            raise ValueError(f"{model} was trained without actions: it cannot simulate their effect")
+        self.world.check_env(env)
+        g = self.world.geometry
+        if g.frame_step != 1 or g.action_step != 1:
+            raise ValueError("a learned simulator needs a model whose clip frames and actions are env steps")
+        self.real = make_env(env, image_size=g.image_size, control_hz=int(g.fps))
+        self.max_steps = int(self.real.unwrapped.max_steps)
+        self.sampling = SamplingConfig(steps=steps)
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "render_fps": int(g.fps)}
+        self.action_space = self.real.action_space
+        size = g.image_size
+        self.observation_space = spaces.Dict({"pixels": spaces.Box(0, 255, (size, size, 3), np.uint8)})
+        self.task = ""
+        self._frame: np.ndarray | None = None
+        self._steps = 0
+        self._gen = torch.Generator().manual_seed(0)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        obs, _ = self.real.reset(seed=seed)
+        self.task = self.real.unwrapped.task
+        self._frame = obs["pixels"]
+        self._steps = 0
+        self._gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        return {"pixels": self._frame.copy()}, {"task": self.task, "imagined": False}
+
+    def step(self, action):
+        if self._frame is None:
+            raise RuntimeError("call reset() before step()")
+        action = np.clip(np.asarray(action, dtype=np.float32).reshape(self.action_space.shape), -1.0, 1.0)
+        g = self.world.geometry
+        actions = torch.from_numpy(np.repeat(action[None, None], g.num_actions, axis=1))  # (1, Na, A)
+        latents = self.world.encode_frames(torch.from_numpy(self._frame)[None, None])
+        batch = self.world.clip_batch([self.task], latents, actions=actions, obs_frames=1)
+        video = sample_mode(self.world, "forward_dynamics", batch, self.sampling, generator=self._gen)[
+            "video"
+        ]
+        self._frame = self.world.decode_latents(video)[0, 1].permute(1, 2, 0).numpy()  # one env step ahead
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        return {"pixels": self._frame.copy()}, 0.0, False, truncated, {"task": self.task, "imagined": True}
+
+    def render(self):
+        return None if self._frame is None else self._frame.copy()
+
+    def close(self):
+        self.real.close()

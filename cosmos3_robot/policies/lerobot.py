@@ -1,0 +1,84 @@
+"""A LeRobot policy checkpoint as a rollout policy, so baselines run through the same harness.
+
+    policy = LeRobotPolicy.from_folder("outputs/act/checkpoints/last/pretrained_model")
+    for ep in run_episodes("cosmos3_robot/Reach-v0", policy, 50, seed=10_000, image_size=policy.image_size):
+        ...
+
+The folder is what `lerobot-train` (or `policy.save_pretrained` + the processors'
+`save_pretrained`) writes: `config.json`, `model.safetensors`, `policy_preprocessor.json` and
+`policy_postprocessor.json` (the normalisation). Supported types: ACT and Diffusion Policy. Our env
+observations map onto LeRobot's keys as `record` writes them: `pixels` -> `observation.image`
+(float in [0, 1], channel-first), `agent_pos` -> `observation.state`, `environment_state` ->
+`observation.environment_state`. `chunks` records the latency of every `select_action` call that
+planned (LeRobot's queue was empty); the others pop a queued action.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cosmos3_robot.policies.rollout import Chunk
+
+SUPPORTED = ("act", "diffusion")
+OBS_KEYS = {"observation.image": "pixels", "observation.state": "agent_pos",
+            "observation.environment_state": "environment_state"}  # fmt: skip
+
+
+class LeRobotPolicy:
+    def __init__(self, policy, preprocessor, postprocessor, image_size: int):
+        self.policy, self.pre, self.post = policy, preprocessor, postprocessor
+        self.image_size = image_size
+        self.chunks: list[Chunk] = []
+        self._step = 0
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> LeRobotPolicy:
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+        folder = Path(folder)
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{folder} has no config.json: give a LeRobot policy checkpoint folder (e.g. "
+                "outputs/train/checkpoints/last/pretrained_model)"
+            )
+        cfg = PreTrainedConfig.from_pretrained(folder)
+        if cfg.type not in SUPPORTED:
+            raise ValueError(f"{folder} holds a {cfg.type!r} policy; the rollout harness supports {list(SUPPORTED)}")
+        cfg.device = "cpu"
+        unknown = sorted(set(cfg.input_features) - set(OBS_KEYS))
+        if unknown:
+            raise ValueError(f"{folder} reads observation keys {unknown}; our envs give {sorted(OBS_KEYS)}")
+        image = cfg.input_features.get("observation.image")
+        if image is None:
+            raise ValueError(f"{folder} reads no observation.image; our envs' policies see the camera")
+        policy = get_policy_class(cfg.type).from_pretrained(folder, config=cfg).eval()
+        pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder))
+        return cls(policy, pre, post, image_size=int(image.shape[-1]))
+
+    def reset(self) -> None:
+        self.policy.reset()
+        self.chunks, self._step = [], 0
+
+    @torch.no_grad()
+    def act(self, obs: dict, task: str) -> np.ndarray:
+        batch = {"task": task}
+        for key, ours in OBS_KEYS.items():
+            if key not in self.policy.config.input_features:
+                continue
+            value = torch.as_tensor(np.asarray(obs[ours]))
+            if key == "observation.image":
+                value = value.permute(2, 0, 1).float() / 255.0
+            batch[key] = value.float()[None]
+        queue = getattr(self.policy, "_action_queue", None)
+        planning = queue is None or len(queue) == 0
+        t0 = time.perf_counter()
+        action = self.post(self.policy.select_action(self.pre(batch)))
+        if planning:
+            self.chunks.append(Chunk(self._step, (time.perf_counter() - t0) * 1e3))
+        self._step += 1
+        return np.asarray(action, dtype=np.float32).reshape(-1)
