@@ -119,8 +119,9 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
         ) from None
 
 
-def read_tensors(path: str | Path) -> dict[str, Tensor]:
-    """Every tensor of a safetensors file; a missing, truncated or garbage file raises naming it."""
+def read_tensors(path: str | Path, fix: str = "restore it, or write the folder again") -> dict[str, Tensor]:
+    """Every tensor of a safetensors file; a missing, truncated or garbage file raises naming it
+    (and `fix`, what to do about it)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -131,8 +132,7 @@ def read_tensors(path: str | Path) -> dict[str, Tensor]:
             return {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(
-            f"weights file {path} cannot be read as safetensors ({e}); it is truncated or corrupt: "
-            "restore it, or write the folder again"
+            f"weights file {path} cannot be read as safetensors ({e}); it is truncated or corrupt: {fix}"
         ) from None
 
 

@@ -48,7 +48,9 @@ class LeRobotPolicy:
             )
         cfg = PreTrainedConfig.from_pretrained(folder)
         if cfg.type not in SUPPORTED:
-            raise ValueError(f"{folder} holds a {cfg.type!r} policy; the rollout harness supports {list(SUPPORTED)}")
+            raise ValueError(
+                f"{folder} holds a {cfg.type!r} policy; the rollout harness supports {list(SUPPORTED)}"
+            )
         cfg.device = "cpu"
         unknown = sorted(set(cfg.input_features) - set(OBS_KEYS))
         if unknown:

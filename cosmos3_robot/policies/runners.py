@@ -102,13 +102,7 @@ class PolicyRunner:
         return frames.permute(0, 2, 3, 1).numpy()
 
     def act(self, obs: dict, task: str) -> np.ndarray:
-        if not isinstance(obs, dict) or "pixels" not in obs:
-            keys = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
-            raise ValueError(
-                f"obs must be an env observation dict with a 'pixels' image (H, W, 3) uint8, got {keys}"
-            )
-        if not isinstance(task, str):
-            raise ValueError(f"task must be the instruction text (a str), got {task!r}")
+        check_obs(obs, task)
         if not self.queue:
             self.queue.extend(self.plan(obs["pixels"], task)[: self.execute])
         return self.queue.popleft().astype(np.float32)

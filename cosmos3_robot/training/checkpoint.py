@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
-from cosmos3_robot.files import CheckpointError, atomic_folder, write_checkpoint
+from cosmos3_robot.files import CheckpointError, atomic_folder, read_tensors, write_checkpoint
 from cosmos3_robot.infra.distributed import full_tensor
 from cosmos3_robot.interop.checkpoint import config_json
 from cosmos3_robot.training.config import config_diff
@@ -282,14 +281,8 @@ def save_checkpoint(root: str | Path, snap: Snapshot, keep_last: int) -> Path:
     return folder
 
 
-def _read_tensors(path: Path) -> dict[str, Tensor]:
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(
-            f"{path} is truncated or corrupt ({e}); resume from an earlier checkpoint"
-        ) from e
+def _read(path: Path) -> dict[str, Tensor]:
+    return read_tensors(path, fix="resume from an earlier checkpoint")
 
 
 def load_checkpoint(folder: str | Path) -> Snapshot:
@@ -324,16 +317,14 @@ def load_checkpoint(folder: str | Path) -> Snapshot:
     return Snapshot(
         step=int(meta["step"]),
         model_config=model_json["model"],
-        model_state=_read_tensors(folder / "model" / "model.safetensors"),
+        model_state=_read(folder / "model" / "model.safetensors"),
         train_config=meta["config"],
         vit_config=model_json.get("vit"),
-        vit_state=_read_tensors(folder / "model" / "vit.safetensors")
-        if has("model/vit.safetensors")
-        else None,
-        ema_state=_read_tensors(folder / "ema.safetensors") if has("ema.safetensors") else None,
-        optim_tensors=_read_tensors(folder / "optimizer.safetensors"),
+        vit_state=_read(folder / "model" / "vit.safetensors") if has("model/vit.safetensors") else None,
+        ema_state=_read(folder / "ema.safetensors") if has("ema.safetensors") else None,
+        optim_tensors=_read(folder / "optimizer.safetensors"),
         optim_meta=meta["optimizer"],
-        rng_tensors=_read_tensors(folder / "rng.safetensors"),
+        rng_tensors=_read(folder / "rng.safetensors"),
         rng_meta=meta["rng"],
         data_state=meta.get("data_state", {}),
         trainer_state=meta.get("trainer_state", {}),

@@ -9,6 +9,7 @@ rerun-sdk is imported inside the function: it is only needed when a recording is
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -36,18 +37,35 @@ def write_comparison(
     name: str = "cosmos3_robot",
 ) -> Path:
     """Log ground-truth and predicted frames (and optionally actions) to an .rrd file, atomically."""
-    import rerun as rr
-
     truth, pred = _hwc(truth), _hwc(pred)
     if truth.shape != pred.shape:
         raise ValueError(f"truth {truth.shape} and prediction {pred.shape} must have the same shape")
     if fps <= 0:
         raise ValueError(f"fps must be > 0, got {fps}")
+    with _recording(path, name) as rec:
+        _log_comparison(rec, truth, pred, fps, actions_true, actions_pred, action_hz)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def _recording(path: str | Path, name: str):
+    """A rerun recording stream saved to `path` atomically (renamed into place when done)."""
+    import rerun as rr
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     rec = rr.RecordingStream(name)
     rec.save(str(tmp))
+    yield rec
+    rec.flush()
+    rec.disconnect()
+    os.replace(tmp, path)
+
+
+def _log_comparison(rec, truth, pred, fps, actions_true, actions_pred, action_hz) -> None:
+    import rerun as rr
+
     for t in range(truth.shape[0]):
         rr.set_time("time", duration=t / fps, recording=rec)
         rec.log("video/truth", rr.Image(truth[t]))
@@ -64,10 +82,6 @@ def write_comparison(
                 rec.log(f"action/{d}/truth", rr.Scalars(float(a_true[i, d])))
                 if a_pred is not None:
                     rec.log(f"action/{d}/prediction", rr.Scalars(float(a_pred[i, d])))
-    rec.flush()
-    rec.disconnect()
-    os.replace(tmp, path)
-    return path
 
 
 def write_rollout(
@@ -76,16 +90,18 @@ def write_rollout(
     """One closed-loop episode: the realised frames and actions at their times in seconds, and for
     every re-plan the frames the policy imagined, at the times they stand for, beside the error
     against what happened (`chunks`: objects with `step` and `imagined` (K, H, W, 3) or None)."""
-    import rerun as rr
 
     frames = _hwc(frames)
     if fps <= 0:
         raise ValueError(f"fps must be > 0, got {fps}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    rec = rr.RecordingStream(name)
-    rec.save(str(tmp))
+    with _recording(path, name) as rec:
+        _log_rollout(rec, frames, fps, actions, chunks)
+    return Path(path)
+
+
+def _log_rollout(rec, frames, fps, actions, chunks) -> None:
+    import rerun as rr
+
     for t in range(frames.shape[0]):
         rr.set_time("time", duration=t / fps, recording=rec)
         rec.log("video/realised", rr.Image(frames[t]))
@@ -103,7 +119,3 @@ def write_rollout(
             if t < frames.shape[0] and frames[t].shape == imagined[k].shape:
                 err = np.abs(frames[t].astype(np.int16) - imagined[k].astype(np.int16)).mean()
                 rec.log("video/imagined_abs_error", rr.Scalars(float(err)))
-    rec.flush()
-    rec.disconnect()
-    os.replace(tmp, path)
-    return path
