@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "label action-free videos with actions (a new LeRobot dataset)",
     ),
     "evaluate": ("cosmos3_robot.scripts.evaluate:main", "predicted futures and actions against ground truth"),
+    "train-probe": (
+        "cosmos3_robot.scripts.train_probe:main",
+        "teach a model to judge success in imagination",
+    ),
     "import-diffusers": (
         "cosmos3_robot.scripts.interop:import_diffusers_main",
         "import a Diffusers Cosmos3OmniTransformer folder",

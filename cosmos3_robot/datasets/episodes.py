@@ -117,7 +117,7 @@ def iter_lerobot_episodes(
         yield ep, resize_frames(frames, size), times
 
 
-def _column(dataset: Any, key: str, lo: int, hi: int) -> np.ndarray:
+def episode_column(dataset: Any, key: str, lo: int, hi: int) -> np.ndarray:
     col = dataset.hf_dataset.data.column(key).combine_chunks()
     flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
     return flat.reshape(len(col), -1)[lo:hi]
@@ -156,8 +156,8 @@ def read_episodes(
                 frames=frames.permute(0, 2, 3, 1).numpy(),
                 fps=float(ds.fps),
                 task=str(tasks[0]),
-                state=_column(ds, source.state_key, lo, hi) if source.has_state else None,
-                actions=_column(ds, source.action_key, lo, hi) if source.has_actions else None,
+                state=episode_column(ds, source.state_key, lo, hi) if source.has_state else None,
+                actions=episode_column(ds, source.action_key, lo, hi) if source.has_actions else None,
                 name=f"episode {e}",
             )
         else:

@@ -385,7 +385,8 @@ def load_vae(
             vae = VideoVAE(vae_config(preset, latent_channels=latent_channels))
     if vae.latent_channels != latent_channels:
         raise ValueError(
-            f"VAE {path} has {vae.latent_channels} latent channels but the model expects "
-            f"{latent_channels} (ModelConfig.latent_channels); use a matching VAE or model"
+            f"VAE {path} has {vae.latent_channels} latent channels but the model expects {latent_channels}; "
+            f"train with model.latent_channels={vae.latent_channels}, or train the VAE with "
+            f"`train-vae --latent-channels {latent_channels}`"
         )
     return vae

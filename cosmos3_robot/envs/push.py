@@ -85,3 +85,9 @@ class PushEnv(MujocoTaskEnv):
 
     def _success(self) -> bool:
         return self._distance() < SUCCESS_RADIUS
+
+    @staticmethod
+    def success_from_env_state(env_state: np.ndarray) -> np.ndarray:
+        """(..., 6) recorded `observation.environment_state` -> (...,) bool: the env's own success rule."""
+        s = np.asarray(env_state, dtype=np.float64)
+        return np.linalg.norm(s[..., 0:2] - s[..., 2:4], axis=-1) < SUCCESS_RADIUS

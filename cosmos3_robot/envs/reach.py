@@ -90,3 +90,9 @@ class ReachEnv(MujocoTaskEnv):
 
     def _success(self) -> bool:
         return self._distance() < SUCCESS_RADIUS
+
+    @staticmethod
+    def success_from_env_state(env_state: np.ndarray) -> np.ndarray:
+        """(..., 6) recorded `observation.environment_state` -> (...,) bool: the env's own success rule."""
+        s = np.asarray(env_state, dtype=np.float64)
+        return np.linalg.norm(s[..., 4:6] - s[..., 0:2], axis=-1) < SUCCESS_RADIUS

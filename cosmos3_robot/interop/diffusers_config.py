@@ -213,7 +213,8 @@ def config_to_diffusers(config: ModelConfig, compat: DiffusersCompat | None = No
         raise ValueError("Diffusers Cosmos 3 stores lm_head separately: tie_word_embeddings must be False")
     if config.timestep_embed_dim != TIME_PROJ_DIM:
         raise ValueError(
-            f"Diffusers Cosmos 3 has a {TIME_PROJ_DIM}-dim time projection: timestep_embed_dim must be {TIME_PROJ_DIM}"
+            f"Diffusers Cosmos 3 has a {TIME_PROJ_DIM}-dim time projection: timestep_embed_dim must be {TIME_PROJ_DIM} "
+            f"(got {config.timestep_embed_dim}); the presets that export are sim-small, nano and super, not tiny"
         )
     if config.time_units_per_second * compat.temporal_compression != compat.base_fps:
         raise ValueError(

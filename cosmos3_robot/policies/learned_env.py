@@ -8,9 +8,11 @@ Each step runs forward dynamics once: the current frame is the observed latent f
 is the clip's first action (held for the rest of the clip's actions, which the model needs but
 which come after the frame used), and the decoded frame one env step ahead becomes the new
 observation. Observations stay in imagination from the first step on: the real env is only used
-for its reset, its spaces, its task text and its time limit. Reward is 0 and `terminated` is False
-(the model does not judge success; `info["is_success"]` is absent), `truncated` at the real env's
-time limit. Sampling noise is seeded by the reset seed, so a seeded episode repeats exactly.
+for its reset, its spaces, its task text and its time limit. Success is judged in imagination when
+the model folder holds a success probe (`success_probe/`, `cosmos3-robot train-probe`): an imagined
+frame it calls a success sets `info["is_success"]`, reward 1 and `terminated`; without one, reward
+is 0, `terminated` False and `is_success` absent. `truncated` comes at the real env's time limit.
+Sampling noise is seeded by the reset seed, so a seeded episode repeats exactly.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ class LearnedEnv(gym.Env):
         self._frame: np.ndarray | None = None
         self._steps = 0
         self._gen = torch.Generator().manual_seed(0)
+        from pathlib import Path
+
+        from cosmos3_robot.policies.success_probe import PROBE_DIR, SuccessProbe
+
+        probe_dir = Path(model) / PROBE_DIR
+        self.probe = SuccessProbe.load(probe_dir) if probe_dir.exists() else None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -73,7 +81,12 @@ class LearnedEnv(gym.Env):
         self._frame = self.world.decode_latents(video)[0, 1].permute(1, 2, 0).numpy()  # one env step ahead
         self._steps += 1
         truncated = self._steps >= self.max_steps
-        return {"pixels": self._frame.copy()}, 0.0, False, truncated, {"task": self.task, "imagined": True}
+        info = {"task": self.task, "imagined": True}
+        success = False
+        if self.probe is not None:
+            success = bool(self.probe.predict(self.world, self._frame[None])[0])
+            info["is_success"] = success
+        return {"pixels": self._frame.copy()}, float(success), success, truncated and not success, info
 
     def render(self):
         return None if self._frame is None else self._frame.copy()

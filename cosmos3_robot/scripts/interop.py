@@ -38,7 +38,9 @@ def import_diffusers_main(argv: list[str] | None = None) -> int:
 
 
 def export_diffusers_main(argv: list[str] | None = None) -> int:
-    """`cosmos3-robot export-diffusers SRC DST`: our checkpoint folder -> Diffusers Cosmos 3 folder."""
+    """`cosmos3-robot export-diffusers SRC DST`: our checkpoint folder -> Diffusers Cosmos 3 folder.
+    Models of the presets sim-small, nano and super export; tiny does not (its time projection is
+    narrower than the 256 Diffusers' layer has)."""
     ap = argparse.ArgumentParser(
         prog="cosmos3-robot export-diffusers", description=export_diffusers_main.__doc__
     )

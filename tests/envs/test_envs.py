@@ -127,3 +127,24 @@ def test_no_reset_starts_an_episode_that_is_already_over():
         fingertip, goal = u.fingertip_xy, u.goal_xy
         assert np.linalg.norm(fingertip - goal) >= 0.06, seed  # 3 success radii from the goal
     env.close()
+
+
+@pytest.mark.parametrize("env_id", ["cosmos3_robot/Reach-v0", "cosmos3_robot/Push-v0"])
+def test_success_from_the_recorded_env_state_is_the_envs_own_rule(env_id):
+    from cosmos3_robot.envs import make_expert
+
+    env = gym.make(env_id, image_size=32)
+    u = env.unwrapped
+    agree, positives, steps = 0, 0, 0
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        expert = make_expert(env, noise=0.0, seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(expert.act(obs))
+            done = terminated or truncated
+            agree += bool(u.success_from_env_state(obs["environment_state"])) == info["is_success"]
+            positives += info["is_success"]
+            steps += 1
+    assert positives >= 3 and agree == steps  # every step agrees, successes included
+    env.close()

@@ -136,3 +136,27 @@ def test_rollout_runs_a_lerobot_checkpoint_through_the_same_harness(tiny_world, 
     assert run(["rollout", "--policy", f"tdmpc:{act}", "--env", "cosmos3_robot/Reach-v0", "--out",
                 str(tmp_path / "x"), "--no-progress"]) == 2  # fmt: skip
     assert "give lerobot:DIR" in capsys.readouterr().err
+
+
+def test_train_probe_lets_the_learned_simulator_judge_success(tiny_world, tmp_path, capsys):
+    import shutil
+
+    import gymnasium as gym
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_world[0], model)
+    assert run(["train-probe", "--model", str(model), "--env", "cosmos3_robot/Reach-v0", "--episodes", "4",
+                "--check-episodes", "1"]) == 0  # fmt: skip
+    report = json.loads((model / "success_probe" / "report.json").read_text())
+    assert 0 <= report["heldout_accuracy"]["accuracy"] <= 1 and report["success_frames"] >= 5
+    assert 0 <= report["rollouts"]["frame_agreement"] <= 1 and report["command"] == "train-probe"
+    env = gym.make("cosmos3_robot/Learned-v0", model=str(model), env="cosmos3_robot/Reach-v0", steps=1)
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step(env.action_space.sample())
+    assert (
+        isinstance(info["is_success"], bool)
+        and terminated == info["is_success"]
+        and reward == float(terminated)
+    )
+    assert run(["train-probe", "--model", str(model), "--env", "cosmos3_robot/Push-v0"]) == 2
+    assert "not cosmos3_robot/Push-v0" in capsys.readouterr().err
