@@ -160,3 +160,38 @@ def test_train_probe_lets_the_learned_simulator_judge_success(tiny_world, tmp_pa
     )
     assert run(["train-probe", "--model", str(model), "--env", "cosmos3_robot/Push-v0"]) == 2
     assert "not cosmos3_robot/Push-v0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_label_killed_mid_episode_loses_only_that_episode_and_continues(tiny_world, tmp_path):
+    """kill -9 inside LeRobot's save of the second episode, then the same command again."""
+    import os
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    model, root, _ = tiny_world
+    out = tmp_path / "labelled"
+    argv = ["label", "--model", str(model), "--source", str(root), "--out", str(out), "--steps", "1",
+            "--group", "1", "--no-progress"]  # fmt: skip
+    script = f"""
+import os, signal
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+real, calls = LeRobotDataset.save_episode, []
+def dying(self, *a, **k):
+    calls.append(1)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, *a, **k)
+LeRobotDataset.save_episode = dying
+from cosmos3_robot.cli import main
+main({argv!r})
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ})
+    assert r.returncode == -9, r.stderr[-2000:]
+    assert run(argv) == 0  # rolls the unfinished episode back, labels the rest
+    ds = LeRobotDataset("local/labelled", root=out)
+    source = LeRobotDataset("local/reach", root=root)
+    assert ds.meta.total_episodes == 3 and ds.meta.total_frames == source.meta.total_frames
+    assert [int(e) for e in ds.hf_dataset["episode_index"]] == [
+        int(e) for e in source.hf_dataset["episode_index"]
+    ]
