@@ -233,3 +233,21 @@ def test_a_dataset_left_mid_write_says_how_to_repair_it(tiny_world, tmp_path, ca
         ["evaluate", "--model", str(tiny_world[0]), "--root", str(root), "--out", str(tmp_path / "e")], capsys
     )
     assert code == 2 and "left mid-write" in one_line_error(err) and "run the same command again" in err
+
+
+def test_train_vae_resumed_with_another_preset_is_refused_before_loading(tmp_path):
+    from cosmos3_robot.encoders.vae import VideoVAE, vae_config
+    from cosmos3_robot.files import CheckpointError
+    from cosmos3_robot.training.vae import load_vae_checkpoint, save_vae_checkpoint
+
+    vae = VideoVAE(vae_config("tiny"))
+    opt = torch.optim.AdamW(vae.autoencoder.parameters())
+    gen = torch.Generator()
+    from dataclasses import asdict
+
+    save_vae_checkpoint(tmp_path / "c.safetensors", vae, opt, gen, {"vae_config": asdict(vae.config)})
+    other = VideoVAE(vae_config("sim-small"))
+    with pytest.raises(CheckpointError, match="holds a VAE with other settings.*base_dim"):
+        load_vae_checkpoint(
+            tmp_path / "c.safetensors", other, torch.optim.AdamW(other.autoencoder.parameters()), gen
+        )

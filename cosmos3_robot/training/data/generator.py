@@ -325,7 +325,7 @@ class GeneratorData:
             ),
             action_transform=self.action_transform.state_dict() if self.action_transform else None,
             vae=VAEReference(
-                path=cfg.vae,
+                path=None if cfg.vae is None else str(Path(cfg.vae).resolve()),  # usable from anywhere
                 preset=None if cfg.vae else cfg.vae_preset,
                 seed=cfg.seed,
                 fingerprint=self.vae_fingerprint,
