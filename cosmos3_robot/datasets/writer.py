@@ -125,6 +125,7 @@ def quiet_writer() -> Iterator[None]:
     pass" lines), so a command's own progress bar stays readable; restored afterwards."""
     import datasets
 
+    os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 (LeRobot's default codec): errors only
     bars_were_on = not datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
     try:

@@ -115,10 +115,21 @@ def prepare(world, ep, resize: bool) -> np.ndarray:
             .permute(0, 2, 3, 1)
             .numpy()
         )
-    span = (g.num_frames - 1) * g.frame_step + 1
-    if len(ep.frames) < span:
-        raise ValueError(f"{ep.name} has {len(ep.frames)} frames, fewer than one clip of the model ({span})")
+    if len(ep.frames) < 2:
+        raise ValueError(f"{ep.name} has {len(ep.frames)} frame(s); a label needs a transition (>= 2 frames)")
     return ep.frames
+
+
+def clip_span(world) -> int:
+    g = world.geometry
+    return (g.num_frames - 1) * g.frame_step + 1
+
+
+def _video_length(path) -> int:
+    import av
+
+    with av.open(str(path)) as c:
+        return sum(1 for _ in c.decode(video=0))
 
 
 def write_episode(root, repo_id, fps, features, ep, labels) -> None:
@@ -163,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     world = WorldModel.from_folder(args.model)
     labeller = EpisodeLabeller(world, args.stride, args.samples, args.batch, SamplingConfig(steps=args.steps))
     source = open_source(args.source, args.image_key)
+    if source.files is not None and all(_video_length(f) < clip_span(world) for f in source.files):
+        raise ValueError(
+            f"every video in {args.source} is shorter than one clip of the model ({clip_span(world)} frames)"
+        )
     if args.check and not source.has_actions:
         raise ValueError(f"--check needs true actions, and {args.source} has none")
     if args.group < 1:
@@ -203,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(0, len(todo), args.group):
         eps = list(read_episodes(source, todo[i : i + args.group], args.task))
         frames = [prepare(world, ep, args.resize) for ep in eps]
+        for ep in eps:  # its windows repeat the last frame: labelled, and listed in the report
+            if len(ep.frames) < clip_span(world):
+                report.setdefault("padded_episodes", []).append(ep.index)
+                bar.write(f"warning: {ep.name} has {len(ep.frames)} frames, fewer than one clip of the model "
+                          f"({clip_span(world)}); its windows repeat its last frame")  # fmt: skip
         t0, enc0 = time.perf_counter(), world.encode_seconds
         labels = labeller.label(frames, [ep.task for ep in eps])
         report["seconds"] += time.perf_counter() - t0

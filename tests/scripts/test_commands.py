@@ -109,7 +109,8 @@ def test_label_refuses_what_it_cannot_label(tiny_world, tmp_path, capsys):
     write_mp4(videos / "short.mp4", np.zeros((3, 32, 32, 3), np.uint8), fps=10)  # shorter than a clip
     base = ["label", "--model", str(model), "--out", str(tmp_path / "o"), "--no-progress", "--steps", "1"]
     assert run([*base, "--source", str(videos)]) == 2
-    assert "fewer than one clip" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "every video in" in err and "shorter than one clip of the model (5 frames)" in err
     write_mp4(videos / "short.mp4", np.zeros((9, 48, 48, 3), np.uint8), fps=10)
     assert run([*base, "--source", str(videos)]) == 2
     assert "48x48 frames; the model was trained on 32x32 (pass --resize)" in capsys.readouterr().err
