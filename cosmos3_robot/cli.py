@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 # name -> ("module:function", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -93,6 +94,10 @@ def run_command(name: str, argv: list[str], debug: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Commands print their own progress; `datasets` would add a bar per saved LeRobot episode.
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    # ... which LeRobot's SuppressProgressBars then tries to re-enable, warning every time.
+    warnings.filterwarnings("ignore", message="Cannot enable progress bars")
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("COSMOS3_ROBOT_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]

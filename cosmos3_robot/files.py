@@ -151,3 +151,23 @@ def check_safetensors(path: str | Path) -> None:
             f"weights file {path} cannot be read as safetensors ({e}); it is truncated or corrupt: "
             "restore it, or write the folder again"
         ) from None
+
+
+@contextmanager
+def exclusive_lock(target: str | Path, command: str) -> Iterator[None]:
+    """One writer per output: while held, a second run on `target` is refused (not raced). The lock
+    is a file beside `target` (`.NAME.lock`), released when the process ends, even by kill -9."""
+    import fcntl
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path = target.parent / f".{target.name}.lock"
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another `cosmos3-robot {command}` is writing {target} (lock {path}); wait for it to finish, "
+                "or write elsewhere"
+            ) from None
+        yield

@@ -251,3 +251,16 @@ def test_train_vae_resumed_with_another_preset_is_refused_before_loading(tmp_pat
         load_vae_checkpoint(
             tmp_path / "c.safetensors", other, torch.optim.AdamW(other.autoencoder.parameters()), gen
         )
+
+
+def test_a_second_train_on_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
+    import fcntl
+
+    out = tmp_path / "r"
+    with open(tmp_path / ".r.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `train` holds it
+        code, err = cli(
+            ["train", "model=tiny", "steps=1", f"out={out}", "progress=false", "data.batch_size=2"], capsys
+        )
+    assert code == 1 and "another `cosmos3-robot train` is writing" in one_line_error(err)
+    assert not (out / "checkpoints").exists()

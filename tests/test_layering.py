@@ -37,7 +37,7 @@ RULES: dict[str, set[str]] = {
     "tasks": {"model", "flow"},
     "datasets": {"processors", "files"},
     "eval": {"processors"},
-    "envs": {"processors", "datasets"},  # simulation and recording (the crash-safe dataset writer)
+    "envs": {"processors", "datasets", "files"},  # simulation and recording (the crash-safe dataset writer)
     "viz": set(),
     "policies": _BELOW_TRAINING | {"envs", "viz"},  # never training
     "training": _BELOW_TRAINING,

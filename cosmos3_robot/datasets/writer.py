@@ -121,13 +121,20 @@ def check_not_interrupted(root: str | Path) -> None:
 
 @contextlib.contextmanager
 def quiet_writer() -> Iterator[None]:
-    """Silence what LeRobot's writer prints per episode (a `datasets` "Map" bar, libav's "second
-    pass" lines), so a command's own progress bar stays readable; restored afterwards."""
+    """Silence what LeRobot's writer prints per episode (a `datasets` "Map" bar, libav's and
+    libsvtav1's lines), so a command's own progress bar stays readable; restored afterwards.
+
+    LeRobot's `SuppressProgressBars` re-enables `datasets`' bars when it exits, whatever they were
+    before; inside this block that re-enabling is a no-op (the CLI also sets
+    HF_DATASETS_DISABLE_PROGRESS_BARS=1 before `datasets` is imported, which has priority)."""
     import datasets
+    import datasets.utils.logging as ds_logging
 
     os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 (LeRobot's default codec): errors only
     bars_were_on = not datasets.are_progress_bars_disabled()
+    enable = ds_logging.enable_progress_bar
     datasets.disable_progress_bars()
+    ds_logging.enable_progress_bar = lambda: None
     try:
         import av
 
@@ -137,5 +144,6 @@ def quiet_writer() -> Iterator[None]:
     try:
         yield
     finally:
+        ds_logging.enable_progress_bar = enable
         if bars_were_on:
             datasets.enable_progress_bars()

@@ -27,6 +27,7 @@ from cosmos3_robot.datasets.writer import (
     rollback,
     wipe,
 )
+from cosmos3_robot.files import exclusive_lock
 
 Policy = Callable[[dict], np.ndarray]
 PolicyFactory = Callable[["object", int], Policy]  # (env, episode_seed) -> policy(obs) -> action
@@ -84,24 +85,6 @@ def _check_compatible(meta, root: Path, env_id: str, fps: int, features: dict) -
                 f"dataset {root}: feature {key!r} is {have and (have['shape'], have.get('names'))} on disk but "
                 f"the env gives {(ft['shape'], ft['names'])}; use the same --env/--image-size or another --root"
             )
-
-
-@contextlib.contextmanager
-def _lock(root: Path):
-    """One writer per dataset: a second `record` on the same root is refused, not raced."""
-    import fcntl
-
-    root.parent.mkdir(parents=True, exist_ok=True)
-    path = root.parent / f".{root.name}.record-lock"
-    with open(path, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(
-                f"another `cosmos3-robot record` is writing {root} (lock {path}); wait for it to finish, "
-                "or record into another --root"
-            ) from None
-        yield
 
 
 def _prepare_root(root: Path, repo_id: str, env_id: str, fps: int, features: dict) -> int:
@@ -204,7 +187,7 @@ def record_dataset(
     if policy_factory is None:
         policy_factory = lambda env_, s: make_expert(env_, noise=noise, seed=s).act  # noqa: E731
     try:
-        with _lock(root), quiet_writer():
+        with exclusive_lock(root, "record"), quiet_writer():
             done = _prepare_root(root, repo_id, env_id, fps, features)
             result = RecordResult(root, repo_id, done, 0, 0, 0.0)
             bar = tqdm(total=episodes, initial=min(done, episodes), desc=f"record {env_id}", unit="ep",

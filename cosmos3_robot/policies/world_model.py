@@ -57,6 +57,11 @@ class WorldModel:
         the VAE its data state names (a relative VAE path is read from the current directory, then
         from beside the model folder)."""
         folder = Path(folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"model folder {folder} does not exist; give the model/ folder that `cosmos3-robot train` writes "
+                "(OUT/model)"
+            )
         state_path = folder / "data_state.json"
         if not state_path.exists():
             raise FileNotFoundError(

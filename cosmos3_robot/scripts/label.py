@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=4,
         help="episodes whose windows are batched together (default: %(default)s)",
     )
+    p.add_argument(
+        "--max-episodes", type=int, default=None, help="label only the first N episodes of the source"
+    )
     p.add_argument("--check", action="store_true", help="compare with the source's true actions (MSE, R²)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_threads_option(p)
@@ -162,32 +165,17 @@ def check_report(true: list[np.ndarray], pred: list[np.ndarray], mean: np.ndarra
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    apply_threads(args.threads)
-    from tqdm import tqdm
+    from cosmos3_robot.files import exclusive_lock
 
-    from cosmos3_robot.datasets.episodes import open_source, read_episodes
-    from cosmos3_robot.datasets.writer import quiet_writer, rollback
-    from cosmos3_robot.policies.labelling import EpisodeLabeller
-    from cosmos3_robot.policies.runners import SamplingConfig
-    from cosmos3_robot.policies.world_model import WorldModel
+    with exclusive_lock(args.out, "label"):  # one run per output folder at a time
+        return _run(args)
 
-    world = WorldModel.from_folder(args.model)
-    labeller = EpisodeLabeller(world, args.stride, args.samples, args.batch, SamplingConfig(steps=args.steps))
-    source = open_source(args.source, args.image_key)
-    if source.files is not None and all(_video_length(f) < clip_span(world) for f in source.files):
-        raise ValueError(
-            f"every video in {args.source} is shorter than one clip of the model ({clip_span(world)} frames)"
-        )
-    if args.check and not source.has_actions:
-        raise ValueError(f"--check needs true actions, and {args.source} has none")
-    if args.group < 1:
-        raise ValueError(f"--group must be >= 1, got {args.group}")
-    out, repo_id = args.out, args.repo_id or f"local/{args.out.name}"
-    config = {
-        k: str(v) if isinstance(v, Path) else v
-        for k, v in vars(args).items()
-        if k not in ("no_progress", "threads")
-    }
+
+def resume_point(out: Path, repo_id: str, config: dict) -> tuple[int, dict]:
+    """(episodes already committed, the report to continue) for --out; refuses a folder that another
+    run (or another command) wrote."""
+    from cosmos3_robot.datasets.writer import rollback
+
     report_path = out / REPORT
     done = 0
     if out.exists():
@@ -210,10 +198,43 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": 0.0,
             "encode_seconds": 0.0,
         }
+    return done, report
+
+
+def _run(args: argparse.Namespace) -> int:
+    apply_threads(args.threads)
+    from tqdm import tqdm
+
+    from cosmos3_robot.datasets.episodes import open_source, read_episodes
+    from cosmos3_robot.datasets.writer import quiet_writer
+    from cosmos3_robot.policies.labelling import EpisodeLabeller
+    from cosmos3_robot.policies.runners import SamplingConfig
+    from cosmos3_robot.policies.world_model import WorldModel
+
+    world = WorldModel.from_folder(args.model)
+    labeller = EpisodeLabeller(world, args.stride, args.samples, args.batch, SamplingConfig(steps=args.steps))
+    source = open_source(args.source, args.image_key)
+    if source.files is not None and all(_video_length(f) < clip_span(world) for f in source.files):
+        raise ValueError(
+            f"every video in {args.source} is shorter than one clip of the model ({clip_span(world)} frames)"
+        )
+    if args.check and not source.has_actions:
+        raise ValueError(f"--check needs true actions, and {args.source} has none")
+    if args.group < 1 or (args.max_episodes is not None and args.max_episodes < 1):
+        raise ValueError(f"--group and --max-episodes must be >= 1, got {args.group} and {args.max_episodes}")
+    out, repo_id = args.out, args.repo_id or f"local/{args.out.name}"
+    config = {
+        k: str(v) if isinstance(v, Path) else v
+        for k, v in vars(args).items()
+        if k not in ("no_progress", "threads")
+    }
+    report_path = out / REPORT
+    done, report = resume_point(out, repo_id, config)
     features = output_features(world, source, world.geometry.image_size)
     fps = int(round(world.geometry.fps))
-    todo = list(range(done, source.num_episodes))
-    bar = tqdm(total=source.num_episodes, initial=done, desc="label", unit="ep", disable=args.no_progress)
+    total = source.num_episodes if args.max_episodes is None else min(args.max_episodes, source.num_episodes)
+    todo = list(range(done, total))
+    bar = tqdm(total=total, initial=done, desc="label", unit="ep", disable=args.no_progress)
     true, pred = [], []
     for i in range(0, len(todo), args.group):
         eps = list(read_episodes(source, todo[i : i + args.group], args.task))

@@ -117,6 +117,13 @@ def summarise(episodes: list[dict], latencies: list[float], prov: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from cosmos3_robot.files import exclusive_lock
+
+    with exclusive_lock(args.out, "rollout"):  # one run per output folder at a time
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     apply_threads(args.threads)
     _check(args)
     from tqdm import tqdm

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from cosmos3_robot.encoders.vit import ViT, vit_preset
+from cosmos3_robot.files import exclusive_lock
 from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, rank_rows, wrap
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT
@@ -350,7 +351,12 @@ class Trainer(TrainerCheckpoints):
 
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        """Train to cfg.steps (resuming when a checkpoint is there). Returns a summary dict."""
+        """Train to cfg.steps (resuming when a checkpoint is there). Returns a summary dict. One run
+        per `out` at a time: a second one is refused while the first holds its lock."""
+        with exclusive_lock(self.out, "train") if self.dist.is_main else nullcontext():
+            return self._fit()
+
+    def _fit(self) -> dict[str, Any]:
         cfg, main = self.cfg, self.dist.is_main
         self._maybe_resume()
         if main:

@@ -184,7 +184,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
     import fcntl
 
     root = tmp_path / "locked"
-    with open(tmp_path / ".locked.record-lock", "w") as f:
+    with open(tmp_path / ".locked.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running `record` holds it
         with pytest.raises(RuntimeError, match="another `cosmos3-robot record` is writing"):
             record_small(root, episodes=1)
