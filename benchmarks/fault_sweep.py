@@ -150,7 +150,7 @@ def cases(f: dict[str, Path]) -> list[tuple[str, list[str], str]]:
                 "--out",
                 str(t / "ro3"),
             ],
-            "data_state.json",
+            "does not exist",
         ),  # fmt: skip
         (
             "rollout: other image size",

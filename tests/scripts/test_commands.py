@@ -196,3 +196,33 @@ main({argv!r})
     assert [int(e) for e in ds.hf_dataset["episode_index"]] == [
         int(e) for e in source.hf_dataset["episode_index"]
     ]
+
+
+def test_label_on_a_full_disk_fails_clearly_and_the_next_run_continues(
+    tiny_world, tmp_path, capsys, monkeypatch
+):
+    import errno
+
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    model, root, _ = tiny_world
+    out = tmp_path / "labelled"
+    argv = ["label", "--model", str(model), "--source", str(root), "--out", str(out), "--steps", "1",
+            "--group", "1", "--no-progress"]  # fmt: skip
+    real, calls = LeRobotDataset.save_episode, []
+
+    def full_disk(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(LeRobotDataset, "save_episode", full_disk)
+    assert run(argv) == 1
+    assert "failed (OSError)" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert LeRobotDataset("local/labelled", root=out).meta.total_episodes == 1  # the first one is kept
+    assert run(argv) == 0
+    ds = LeRobotDataset("local/labelled", root=out)
+    assert ds.meta.total_episodes == 3
+    assert ds.meta.total_frames == LeRobotDataset("local/reach", root=root).meta.total_frames
