@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,6 +99,13 @@ def test_label_writes_a_lerobot_dataset_lerobot_can_read_and_continues(tiny_worl
     assert {"mse", "r2", "mse_per_dim", "r2_per_dim"} <= set(report["check"])
     assert run(argv) == 0  # finished: nothing left to label, nothing appended
     assert LeRobotDataset("local/labelled", root=out).meta.total_episodes == 3
+    # LeRobot's own viewer reads it too (saved to an .rrd that rerun verifies)
+    viz = Path(sys.executable).parent / "lerobot-dataset-viz"
+    r = subprocess.run([str(viz), "--repo-id", "local/labelled", "--root", str(out), "--episode-index", "1",
+                        "--save", "1", "--output-dir", str(tmp_path / "viz"), "--num-workers", "0"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert rrd_ok(next((tmp_path / "viz").glob("*.rrd")))
 
 
 def test_label_refuses_what_it_cannot_label(tiny_world, tmp_path, capsys):
