@@ -316,3 +316,48 @@ def test_later_latent_use_tells_whether_the_decoder_reads_later_latents() -> Non
     assert later_latent_use(Decoder(False), z, frames) == 0.0  # later frames drawn from latent 0 only
     with pytest.raises(ValueError, match="2 latent frames"):
         later_latent_use(Decoder(True), z[:, :, :1], frames[:, :1])
+
+
+@pytest.mark.slow
+def test_train_vae_killed_while_saving_resumes_to_the_same_weights(tmp_path) -> None:
+    """kill -9 inside the second checkpoint save, then the same command: it resumes from the first
+    checkpoint and ends with the weights of a run that was never interrupted."""
+    import os
+    import subprocess
+    import sys
+
+    from cosmos3_robot.files import read_tensors
+    from tests._data_fixtures import record_small
+
+    record_small(tmp_path / "data", episodes=3, image_size=32)
+
+    def argv(out):
+        return ["train-vae", "--root", str(tmp_path / "data"), "--out", str(out), "--preset", "tiny",
+                "--batch-frames", "5", "--eval-every", "2", "--save-every", "2", "--holdout-episodes", "1",
+                "--threads", "1", "--steps", "4", "--dtype", "fp32"]  # fmt: skip
+
+    script = f"""
+import os, signal
+from cosmos3_robot.training import vae
+real, calls = vae.save_vae_checkpoint, []
+def dying(path, *a, **k):
+    calls.append(1)
+    if len(calls) == 2:
+        (path.with_name(path.name + ".tmp")).write_bytes(b"half a checkpoint")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, *a, **k)
+vae.save_vae_checkpoint = dying
+from cosmos3_robot.cli import main
+main({argv(tmp_path / "killed")!r})
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ})
+    assert r.returncode == -9, r.stderr[-2000:]
+    from cosmos3_robot.cli import main
+
+    assert main(argv(tmp_path / "killed")) == 0  # resumes from step 2
+    assert main(argv(tmp_path / "straight")) == 0
+    killed = read_tensors(tmp_path / "killed" / "checkpoint.safetensors")
+    straight = read_tensors(tmp_path / "straight" / "checkpoint.safetensors")
+    for k in straight:
+        if k.startswith("model."):
+            torch.testing.assert_close(killed[k], straight[k], rtol=0, atol=0, msg=k)

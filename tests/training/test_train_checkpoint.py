@@ -138,3 +138,42 @@ def test_snapshot_round_trip_of_rng_and_optimizer(tmp_path):
     assert torch.equal(g.get_state(), t.generator.get_state())
     names = {k.partition("::")[0] for k in snap.optim_tensors}
     assert names and names <= set(t.param_names)  # (audio projections: no audio data, no state)
+
+
+@pytest.mark.slow
+def test_train_killed_while_saving_resumes_to_the_uninterrupted_run(tmp_path):
+    """kill -9 inside the second checkpoint save of `cosmos3-robot train`, then the same command."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def argv(out):
+        return ["train", "model=tiny", "steps=4", f"out={out}", "progress=false", "data.batch_size=2",
+                "checkpoint.every=2", "val_every=0", "log_every=1", "precision=fp32", "threads=1"]  # fmt: skip
+
+    script = f"""
+import os, signal
+from cosmos3_robot.training import checkpoint
+real, calls = checkpoint.save_checkpoint, []
+def dying(root, snap, keep_last):
+    calls.append(1)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(root, snap, keep_last)
+checkpoint.save_checkpoint = dying
+from cosmos3_robot.cli import main
+main({argv(tmp_path / "killed")!r})
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ})
+    assert r.returncode == -9, r.stderr[-2000:]
+    from cosmos3_robot.cli import main
+
+    assert main(argv(tmp_path / "killed")) == 0
+    assert main(argv(tmp_path / "straight")) == 0
+
+    def losses(out):
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"]) for r in rows if r["split"] == "train"]
+
+    assert losses(tmp_path / "killed") == losses(tmp_path / "straight")  # the same curve, step for step
