@@ -264,3 +264,45 @@ def test_a_second_train_on_the_same_out_is_refused_while_the_first_runs(tmp_path
         )
     assert code == 1 and "another `cosmos3-robot train` is writing" in one_line_error(err)
     assert not (out / "checkpoints").exists()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nothing can be written into, even by root (ext4's immutable flag); skipped where
+    `chattr` cannot set it."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if (
+        shutil.which("chattr") is None
+        or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode
+    ):
+        pytest.skip("cannot make a read-only folder here (chattr +i)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=False)
+
+
+def test_read_only_output_is_a_one_line_failure_and_writes_nothing(read_only_dir, tiny_world, capsys):
+    model, root, _ = tiny_world
+    cases = [
+        ["record", "--env", "cosmos3_robot/Reach-v0", "--episodes", "1", "--root", str(read_only_dir / "d"),
+         "--image-size", "32", "--no-progress"],
+        ["rollout", "--model", str(model), "--env", "cosmos3_robot/Reach-v0", "--episodes", "1", "--steps", "1",
+         "--out", str(read_only_dir / "r"), "--no-progress"],
+        ["label", "--model", str(model), "--source", str(root), "--out", str(read_only_dir / "l"), "--steps", "1",
+         "--no-progress"],
+        ["train", "model=tiny", "steps=1", f"out={read_only_dir / 't'}", "progress=false", "data.batch_size=2"],
+    ]  # fmt: skip
+    for argv in cases:
+        code, err = cli(argv, capsys)
+        assert code == 1, (argv[0], err)
+        line = one_line_error(err)
+        assert (
+            line.startswith(f"cosmos3-robot {argv[0]}: failed (PermissionError)")
+            and str(read_only_dir) in line
+        )
+    assert list(read_only_dir.iterdir()) == []
