@@ -48,6 +48,26 @@ def write_json(path: Path, data: Any) -> None:
         os.fsync(f.fileno())
 
 
+def write_json_atomic(path: Path, data: Any) -> None:
+    """One JSON file replaced in one rename: a reader sees the old file or the new one (numpy values
+    and paths are written as plain JSON)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(x: Any) -> Any:
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+
+
 def save_tensors(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str] | None = None) -> None:
     from safetensors.torch import save_file
 
@@ -119,9 +139,9 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
         ) from None
 
 
-def read_tensors(path: str | Path, fix: str = "restore it, or write the folder again") -> dict[str, Tensor]:
-    """Every tensor of a safetensors file; a missing, truncated or garbage file raises naming it
-    (and `fix`, what to do about it)."""
+@contextmanager
+def _open_safetensors(path: str | Path, fix: str):
+    """`safe_open` of `path`, with a missing, truncated or garbage file raised naming it and `fix`."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -129,28 +149,24 @@ def read_tensors(path: str | Path, fix: str = "restore it, or write the folder a
         raise FileNotFoundError(f"weights file {path} does not exist")
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
+            yield f
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(
             f"weights file {path} cannot be read as safetensors ({e}); it is truncated or corrupt: {fix}"
         ) from None
 
 
+def read_tensors(path: str | Path, fix: str = "restore it, or write the folder again") -> dict[str, Tensor]:
+    """Every tensor of a safetensors file; a missing, truncated or garbage file raises naming it
+    (and `fix`, what to do about it)."""
+    with _open_safetensors(path, fix) as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
 def check_safetensors(path: str | Path) -> None:
     """Raise naming `path` unless its safetensors header reads (cheap: no tensor is loaded)."""
-    from safetensors import SafetensorError, safe_open
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file {path} does not exist")
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            f.keys()
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(
-            f"weights file {path} cannot be read as safetensors ({e}); it is truncated or corrupt: "
-            "restore it, or write the folder again"
-        ) from None
+    with _open_safetensors(path, "restore it, or write the folder again") as f:
+        f.keys()
 
 
 @contextmanager

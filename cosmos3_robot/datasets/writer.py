@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from cosmos3_robot.files import write_json_atomic
+
 STATE_DIR = ".cosmos3_record"
 _KNOWN_TOP = {"meta", "data", "videos", "images", STATE_DIR}
 _SNAPSHOT_META = ("info.json", "stats.json", "tasks.parquet")
@@ -47,9 +49,8 @@ def commit(root: Path, total_episodes: int) -> None:
         if (root / "meta" / name).exists():
             shutil.copy2(root / "meta" / name, snap / name)
     (snap / "manifest.json").write_text(json.dumps({"files": tracked_files(root)}))
-    tmp = state / "COMMITTED.tmp"
-    tmp.write_text(json.dumps({"snapshot": snap.name, "total_episodes": total_episodes}))
-    os.replace(tmp, state / "COMMITTED")  # atomic: the commit point
+    # atomic: the commit point
+    write_json_atomic(state / "COMMITTED", {"snapshot": snap.name, "total_episodes": total_episodes})
     for old in state.glob("commit-*"):
         if old.name != snap.name:
             shutil.rmtree(old, ignore_errors=True)

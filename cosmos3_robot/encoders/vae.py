@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cosmos3_robot.files import atomic_folder, check_safetensors, read_json
+from cosmos3_robot.files import atomic_folder, check_safetensors, read_json, write_checkpoint
 from cosmos3_robot.processors.geometry import (
     SPATIAL_FACTOR,
     TEMPORAL_FACTOR,
@@ -327,8 +327,9 @@ class VideoVAE(nn.Module):
         return ((x.float() + 1) / 2).clamp(0, 1).permute(0, 2, 1, 3, 4)
 
     # -- folders ----------------------------------------------------------------------------
-    def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write a Diffusers `AutoencoderKLWan` folder (config.json + safetensors), atomically.
+    def save_pretrained(self, path: str | os.PathLike, extra_json: dict[str, Any] | None = None) -> None:
+        """Write a Diffusers `AutoencoderKLWan` folder (config.json + safetensors), atomically, with
+        `extra_json` ({file name: data}) beside the weights in the same folder.
 
         The folder is written next to `path` under a temporary name and renamed into place, so a
         crash never leaves a half-written VAE behind.
@@ -339,6 +340,7 @@ class VideoVAE(nn.Module):
         )
         with atomic_folder(path) as tmp:
             self.autoencoder.save_pretrained(tmp, safe_serialization=True)
+            write_checkpoint(tmp, {}, extra_json or {})
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> VideoVAE:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cosmos3_robot.files import write_json_atomic
 
 RUN_FILE = "run.json"
 
@@ -44,20 +45,10 @@ def provenance(command: str, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, Path):
-        return str(x)
-    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+def run_config(args, skip: tuple[str, ...] = ("threads", "no_progress")) -> dict[str, Any]:
+    """A command's parsed options as the JSON its run is known by (paths as strings), less `skip`:
+    the options that do not change what the run computes."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in skip}
 
 
 def claim_output(out: Path, command: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +57,7 @@ def claim_output(out: Path, command: str, config: dict[str, Any]) -> dict[str, A
     refused with a message that says so."""
     out = Path(out)
     run_file = out / RUN_FILE
-    config = json.loads(json.dumps(config, default=_json_default))
+    config = json.loads(json.dumps(config, default=str))
     if run_file.exists():
         try:
             prev = json.loads(run_file.read_text())

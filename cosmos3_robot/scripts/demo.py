@@ -58,7 +58,7 @@ def _step(title: str) -> float:
 def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path | None = None) -> dict:
     """Forward-dynamics PSNR and inverse-dynamics action error on held-out clips; optionally a
     rerun recording of the first clip (truth vs prediction, frames and actions)."""
-    from cosmos3_robot.eval.metrics import latent_spread, later_latent_use, psnr
+    from cosmos3_robot.eval.metrics import action_errors, latent_mse, latent_spread, later_latent_use, psnr
     from cosmos3_robot.flow import EulerSampler
     from cosmos3_robot.processors.frames import resize_frames, to_uint8
     from cosmos3_robot.processors.geometry import TEMPORAL_FACTOR
@@ -90,6 +90,7 @@ def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path
     raw_true = torch.stack([s["action"] for s in samples]).numpy()
     raw_pred = world.raw_actions(idm["action"])
     mean_action = np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64)
+    actions = action_errors(raw_pred, raw_true, mean_action)  # MSE over every action value; the baseline's
     if rrd is not None:
         from cosmos3_robot.viz.rerun_log import write_comparison
 
@@ -105,10 +106,10 @@ def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path
         "vae_reconstruction_psnr_db": psnr(recon[:, fut], truth[:, fut]),
         "vae_latent_spread": latent_spread(batch.video),
         "vae_later_latent_use": later_latent_use(world.vae, batch.video, truth.float() / 255),
-        "forward_dynamics_latent_mse": float((z_pred - z_true).square().mean()),
-        "other_clips_mean_latent_mse": float((others_mean - z_true).square().mean()),
-        "inverse_dynamics_action_mse": float(((raw_pred - raw_true) ** 2).mean()),
-        "mean_action_baseline_mse": float(((mean_action - raw_true) ** 2).mean()),
+        "forward_dynamics_latent_mse": latent_mse(z_pred, z_true),
+        "other_clips_mean_latent_mse": latent_mse(others_mean, z_true),
+        "inverse_dynamics_action_mse": actions["mse"],
+        "mean_action_baseline_mse": actions["mean_action_mse"],
     }
 
 

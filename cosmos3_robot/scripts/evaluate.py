@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cosmos3_robot.scripts.common import add_threads_option, apply_threads, claim_output, write_json_atomic
+from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.scripts.common import add_threads_option, apply_threads, claim_output, run_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     world = WorldModel.from_folder(args.model)
     print(f"loading up to {args.clips} clips of {args.root} ...", flush=True)
     clips = load_clips(world, str(args.root), args.episodes, args.clips)
-    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "threads"}
+    config = run_config(args, skip=("threads",))
     prov = claim_output(args.out, "evaluate", config)
     print(f"evaluating {len(clips.tasks)} clips (forward dynamics x 5, inverse dynamics x 2) ...", flush=True)
     res, pred = evaluate_world(world, clips, SamplingConfig(steps=args.steps, seed=args.seed), seed=args.seed)

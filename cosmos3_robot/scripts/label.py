@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance, write_json_atomic
+from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance, run_config
 
 REPORT = "meta/cosmos3_label.json"
 
@@ -129,10 +130,12 @@ def clip_span(world) -> int:
 
 
 def _video_length(path) -> int:
+    """Frames of a video file: the container's count when it has one (no decoding), else decoded."""
     import av
 
     with av.open(str(path)) as c:
-        return sum(1 for _ in c.decode(video=0))
+        counted = c.streams.video[0].frames
+        return counted if counted > 0 else sum(1 for _ in c.decode(video=0))
 
 
 def write_episode(root, repo_id, fps, features, ep, labels) -> None:
@@ -223,11 +226,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.group < 1 or (args.max_episodes is not None and args.max_episodes < 1):
         raise ValueError(f"--group and --max-episodes must be >= 1, got {args.group} and {args.max_episodes}")
     out, repo_id = args.out, args.repo_id or f"local/{args.out.name}"
-    config = {
-        k: str(v) if isinstance(v, Path) else v
-        for k, v in vars(args).items()
-        if k not in ("no_progress", "threads")
-    }
+    config = run_config(args)
     report_path = out / REPORT
     done, report = resume_point(out, repo_id, config)
     features = output_features(world, source, world.geometry.image_size)

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from cosmos3_robot.files import write_json_atomic
 from cosmos3_robot.scripts.common import (
     add_threads_option,
     apply_threads,
     claim_output,
     latency_stats,
-    write_json_atomic,
+    run_config,
 )
 
 
@@ -132,8 +133,7 @@ def _run(args: argparse.Namespace) -> int:
 
     policy, image_size, control_hz = make_policy(args)
     # What makes two runs the same (the episode count is a target: a run continues to a larger one).
-    skip = ("no_progress", "threads", "episodes")
-    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in skip}
+    config = run_config(args, skip=("no_progress", "threads", "episodes"))
     prov = claim_output(args.out, "rollout", config)
     results_path = args.out / "results.json"
     done: list[dict] = []

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance
+from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance, run_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checking it on {args.check_episodes} fresh rollouts ...", flush=True)
         check_seed = args.seed + args.episodes  # disjoint from the fitting seeds
         probe.report["rollouts"] = agreement(world, probe, args.env, args.check_episodes, check_seed)
-    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "threads"}
+    config = run_config(args, skip=("threads",))
     probe.report.update(provenance("train-probe", config))
     out = probe.save(args.out or args.model / PROBE_DIR)
     print(json.dumps({k: probe.report[k] for k in ("heldout_accuracy", "rollouts") if k in probe.report}))

@@ -43,7 +43,7 @@ from cosmos3_robot.eval.metrics import (
     latent_spread,
     later_latent_use,
 )
-from cosmos3_robot.files import CheckpointError, save_tensors, write_json
+from cosmos3_robot.files import CheckpointError, save_tensors, write_json_atomic
 from cosmos3_robot.processors.geometry import check_spatial_size
 from cosmos3_robot.training.vae_config import VAETrainConfig
 
@@ -310,13 +310,15 @@ class VAETrainer:
         }
         self.out.mkdir(parents=True, exist_ok=True)
         save_vae_checkpoint(self.ckpt_path, self.vae, self.opt, self.gen, meta)
-        self.vae.save_pretrained(self.out / "vae")
-        if self.history:  # what `frozen_vae` reads before training on this VAE
-            last = {**self.history[-1], "data": self.info, "args": asdict(self.cfg)}
-            write_json(self.out / "vae" / QUALITY_FILE, last)
-        tmp = self.out / ".train_log.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2))
-        os.replace(tmp, self.out / "train_log.json")
+        # The quality report (what `frozen_vae` reads before training on this VAE) is written inside the
+        # same atomic folder as the weights, so the two never disagree.
+        quality = (
+            {QUALITY_FILE: {**self.history[-1], "data": self.info, "args": asdict(self.cfg)}}
+            if self.history
+            else {}
+        )
+        self.vae.save_pretrained(self.out / "vae", extra_json=quality)
+        write_json_atomic(self.out / "train_log.json", meta)
         self.vae.autoencoder.train()
 
 

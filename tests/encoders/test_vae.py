@@ -290,6 +290,9 @@ def test_train_vae_command_resumes_and_feeds_the_cache(tmp_path) -> None:
     assert train_vae.main([*common, "--steps", "4"]) == 0  # resumes at step 2
     log = json.loads((tmp_path / "run" / "train_log.json").read_text())
     assert log["step"] == 4 and [h["step"] for h in log["history"]] == [2, 4]
+    # the quality report sits beside the weights, in the same atomic folder
+    quality = json.loads((tmp_path / "run" / "vae" / "cosmos3_quality.json").read_text())
+    assert quality["step"] == 4 and quality["psnr"] == log["history"][-1]["psnr"]
     vae = VideoVAE.from_pretrained(tmp_path / "run" / "vae")
     cache = LatentCache.build_from_lerobot(
         tmp_path / "cache", vae, "local/vae_test", tmp_path / "data", clip_frames=5, stride=4, progress=False
