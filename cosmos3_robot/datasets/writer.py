@@ -16,6 +16,7 @@ Loaders call `check_not_interrupted` first, so a dataset left mid-session says w
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -120,6 +121,29 @@ def check_not_interrupted(root: str | Path) -> None:
         )
 
 
+AV_LOG_ERROR = 16  # FFmpeg's libavutil/log.h
+
+
+def ffmpeg_log_level():
+    """PyAV's bundled libavutil (for `av_log_get_level` / `av_log_set_level`), or None.
+
+    LeRobot's encoder calls `av.logging.restore_default_callback()` after every video; from then on
+    FFmpeg's own callback prints whatever passes FFmpeg's global level (INFO by default: the mp4
+    muxer's "Starting second pass" line per episode). PyAV's `set_level` does not touch that global
+    level, so it is set here through the same shared library PyAV loaded."""
+    try:
+        import av
+    except ImportError:  # pragma: no cover - av is a LeRobot dependency
+        return None
+    libs = sorted((Path(av.__file__).resolve().parent.parent / "av.libs").glob("libavutil-*.so*"))
+    if not libs:
+        return None
+    try:
+        return ctypes.CDLL(str(libs[0]))
+    except OSError:  # pragma: no cover - an unusual PyAV build
+        return None
+
+
 @contextlib.contextmanager
 def quiet_writer() -> Iterator[None]:
     """Silence what LeRobot's writer prints per episode (a `datasets` "Map" bar, libav's and
@@ -142,9 +166,15 @@ def quiet_writer() -> Iterator[None]:
         av.logging.set_level(av.logging.ERROR)
     except ImportError:  # pragma: no cover - av is a LeRobot dependency
         pass
+    libav = ffmpeg_log_level()
+    libav_level = libav.av_log_get_level() if libav is not None else None
+    if libav is not None:
+        libav.av_log_set_level(AV_LOG_ERROR)
     try:
         yield
     finally:
+        if libav is not None:
+            libav.av_log_set_level(libav_level)
         ds_logging.enable_progress_bar = enable
         if bars_were_on:
             datasets.enable_progress_bars()

@@ -237,6 +237,7 @@ def main(argv: list[str]) -> int:
     results = {"env": args.env, "preset": args.preset, **open_loop,
                "policy_success_rate": closed["success_rate"], "expert_success_rate_recorded": float(np.mean(rec.successes)) if rec.successes else None,
                "policy_episodes": closed["episodes"], "train": {k: summary[k] for k in ("step", "seconds", "final_loss")},
+               "vae": str(vae_dir / "vae"), "model": str(summary["model"]),
                "timings_s": timings}  # fmt: skip
     path = out / "demo_results.json"
     path.write_text(json.dumps(results, indent=2))
