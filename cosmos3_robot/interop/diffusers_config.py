@@ -230,6 +230,11 @@ def config_to_diffusers(config: ModelConfig, compat: DiffusersCompat | None = No
             f"sigma_scale={config.sigma_scale} != num_train_timesteps·timestep_scale "
             f"= {compat.num_train_timesteps * compat.timestep_scale}"
         )
+    if config.state_dim is not None:
+        raise ValueError(
+            f"state_dim={config.state_dim}: Diffusers' Cosmos 3 transformer has no proprioceptive-state "
+            "input, so a state-conditioned model cannot be exported; export a model trained without state"
+        )
     base_fps = int(compat.base_fps) if float(compat.base_fps).is_integer() else compat.base_fps
     return {
         "_class_name": DIFFUSERS_CLASS,

@@ -107,6 +107,9 @@ class ModelConfig:
     audio_dim: int | None = None
     action_dim: int | None = None
     num_embodiments: int = 1
+    # Proprioceptive state (`observation.state`): clean conditioning tokens on the time axis, one per
+    # observed state sample, with their own per-embodiment projection (docs/design.md, "State").
+    state_dim: int | None = None
 
     # Time axis: position units per second of real time. Default: one unit per latent frame of
     # 24 fps video compressed 4x in time, i.e. 6 units/s (Cosmos 3's base_fps / temporal factor).
@@ -140,7 +143,7 @@ class ModelConfig:
         require_positive(
             self, "vocab_size", "latent_channels", "patch_size", "num_embodiments", "timestep_embed_dim"
         )
-        for name in ("audio_dim", "action_dim"):
+        for name in ("audio_dim", "action_dim", "state_dim"):
             value = getattr(self, name)
             if value is not None:
                 require_positive(self, name)

@@ -14,16 +14,14 @@ Entry points:
   `reason`   — Reasoner only (a reasoning request never reads a Generator weight); returns logits
                and the cache the Generator reads.
   `denoise`  — Generator only, given a cache: one velocity prediction, each token at its own σ.
-  `plan_steps` / `denoise_step` — the same for a sampler: what a request keeps across its steps
-               (noisy layout, the schedule's noise-level embeddings) is computed once, and every step
-               reads the same cache, so the Reasoner runs once per request.
+  `plan_steps` / `denoise_step` — the same for a sampler: a request's fixed parts are computed once.
   `forward`  — `reason` then `denoise`: the generation forward used for training.
   `decode`   — incremental causal decoding of text with a KV cache.
 
 Noise-level conditioning follows Cosmos 3: a timestep embedding of σ is added to every *noisy*
-token at the input (clean tokens get none); audio and action tokens also get a learned modality
-embedding. The 2x2 patch merge of video latents happens in `sequence.patchify`, the linear part in
-`video_in`.
+token at the input (clean tokens get none); audio, action and state tokens also get a learned
+modality embedding (state is clean conditioning: no output). The 2x2 patch merge of video latents
+happens in `sequence.patchify`, the linear part in `video_in`.
 """
 
 from __future__ import annotations
@@ -65,6 +63,9 @@ class MoT(nn.Module):
                 self.action_in = EmbodimentLinear(config.action_dim, c, config.num_embodiments)
                 self.action_out = EmbodimentLinear(c, config.action_dim, config.num_embodiments)
                 self.action_embed = nn.Parameter(torch.zeros(c))
+            if config.state_dim is not None:  # conditioning only: no output projection
+                self.state_in = EmbodimentLinear(config.state_dim, c, config.num_embodiments)
+                self.state_embed = nn.Parameter(torch.zeros(c))
 
     # ------------------------------------------------------------------------------------------
     # Reasoner
@@ -181,8 +182,7 @@ class MoT(nn.Module):
     # ------------------------------------------------------------------------------------------
 
     def _stream_width(self, name: str) -> int:
-        c = self.config
-        width = {"video": c.patch_dim, "audio": c.audio_dim, "action": c.action_dim}[name]
+        width = self.config.patch_dim if name == "video" else getattr(self.config, f"{name}_dim")
         if width is None:
             raise ValueError(f"this model has no {name} projection (ModelConfig.{name}_dim is None)")
         return width
@@ -194,7 +194,7 @@ class MoT(nn.Module):
             return self.video_in(lat)
         if name == "audio":
             return self.audio_in(lat) + self.audio_embed
-        return self.action_in(lat, s.embodiment) + self.action_embed
+        return getattr(self, f"{name}_in")(lat, s.embodiment) + getattr(self, f"{name}_embed")
 
     def _embed_latents(self, gen: GenInput) -> Tensor:
         """GenInput -> tokens (B, Ld, C) with modality embeddings, before any noise-level embedding."""
@@ -238,8 +238,8 @@ class MoT(nn.Module):
     def _validate_streams(self, gen: GenInput) -> None:
         for name, s in gen.items():
             s.validate(name, self._stream_width(name))
-            if name == "action":
-                self.action_in.check(s.embodiment, gen.batch)
+            if name in ("action", "state"):  # per-embodiment projections
+                getattr(self, f"{name}_in").check(s.embodiment, gen.batch)
 
     def generator_positions(self, cache: ReasonerCache, gen: GenInput) -> Tensor:
         """RoPE positions (B, 3, Ld) of a Generator request: after the Reasoner segment + margin."""
@@ -392,6 +392,8 @@ class MoT(nn.Module):
                 v = self.video_out(part)
             elif name == "audio":
                 v = self.audio_out(part)
+            elif name == "state":  # conditioning only: never generated, no velocity
+                v = part.new_zeros(*part.shape[:2], s.latents.shape[-1])
             else:
                 v = self.action_out(part, s.embodiment)
             mask = s.valid

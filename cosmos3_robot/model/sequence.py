@@ -3,10 +3,10 @@
 Axis glossary:  B batch · N tokens of one modality · C latent channels · T latent frames ·
                 H, W latent rows/cols · p patch size (2)
 
-A Generator segment is up to three `Stream`s — video, audio, action — each right-padded over the
-batch with a `valid` mask. Every token says whether it is *noisy* (generated: gets the noise-level
+A Generator segment is up to four `Stream`s — video, audio, action, state — each right-padded over
+the batch with a `valid` mask (state tokens are always clean: proprioceptive conditioning). Every token says whether it is *noisy* (generated: gets the noise-level
 embedding and the loss) or *clean* (conditioning: σ = 0). Full attention is order-free, so the
-segment is simply [video; audio; action] with padding wherever a stream is shorter; positions come
+segment is simply [video; audio; action; state] with padding wherever a stream is shorter; positions come
 from the timestamps (see `rope.py`), never from the order.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
-MODALITIES = ("video", "audio", "action")
+MODALITIES = ("video", "audio", "action", "state")
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Stream:
     noisy: Tensor  # (B, N) bool: generated tokens
     valid: Tensor | None = None  # (B, N) bool; None = every token is real
     grid: Tensor | None = None  # (B, N, 2) row/col on the merged latent grid (video); None = (0, 0)
-    embodiment: Tensor | None = None  # (B,) long, selects the action projection (actions only)
+    embodiment: Tensor | None = None  # (B,) long, selects the action/state projection
     positions: Tensor | None = None  # (B, 3, N) explicit RoPE positions (imports); None = from time_s
 
     @property
@@ -68,11 +68,13 @@ class Stream:
             raise ValueError(
                 f"{name}.positions must have shape {(b, 3, n)}, got {tuple(self.positions.shape)}"
             )
-        if name == "action":
+        if name in ("action", "state"):
             if self.embodiment is None or tuple(self.embodiment.shape) != (b,):
-                raise ValueError(f"action.embodiment must be a (B,) = ({b},) long tensor of embodiment ids")
+                raise ValueError(f"{name}.embodiment must be a (B,) = ({b},) long tensor of embodiment ids")
         elif self.embodiment is not None:
-            raise ValueError(f"{name}.embodiment is only meaningful for actions")
+            raise ValueError(f"{name}.embodiment is only meaningful for actions and state")
+        if name == "state" and bool(self.noisy.any()):
+            raise ValueError("state tokens are conditioning only: state.noisy must be all False")
 
     def with_latents(self, latents: Tensor, sigma: Tensor | None = None) -> Stream:
         return replace(self, latents=latents, sigma=self.sigma if sigma is None else sigma)
@@ -85,11 +87,12 @@ class Stream:
 
 @dataclass
 class GenInput:
-    """The Generator segment of a batch: any subset of video, audio and action streams."""
+    """The Generator segment of a batch: any subset of video, audio, action and state streams."""
 
     video: Stream | None = None
     audio: Stream | None = None
     action: Stream | None = None
+    state: Stream | None = None
 
     @classmethod
     def from_dict(cls, streams: dict[str, Stream]) -> GenInput:

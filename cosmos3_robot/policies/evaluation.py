@@ -40,6 +40,7 @@ class Clips:
     tasks: list[str]
     episodes: list[int]
     starts: list[int]  # frame index of each clip's first frame in its episode
+    states: Tensor | None = None  # raw (N, S) proprioception at each clip's first frame
 
 
 def load_clips(world: WorldModel, root: str, episodes: list[int] | None = None, max_clips: int = 32,
@@ -74,6 +75,7 @@ def load_clips(world: WorldModel, root: str, episodes: list[int] | None = None, 
         tasks=[s["task"] for s in samples],
         episodes=[int(s["episode_index"]) for s in samples],
         starts=[int(s["frame_index"]) for s in samples],
+        states=torch.stack([s["state"][0] for s in samples]).float(),
     )
 
 
@@ -128,7 +130,9 @@ def forward(
 ) -> Tensor:
     """Forward dynamics from the clips' observed frames with `actions`: predicted latents."""
     obs = world.geometry.obs_frames
-    batch = world.clip_batch(clips.tasks, latents[:, :, :obs], actions=actions, obs_frames=obs)
+    state = clips.states if world.needs_state else None
+    world.require_state(state, "forward dynamics")
+    batch = world.clip_batch(clips.tasks, latents[:, :, :obs], actions=actions, obs_frames=obs, state=state)
     return sample_mode(world, "forward_dynamics", batch, sampling)["video"]
 
 

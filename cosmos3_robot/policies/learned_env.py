@@ -35,6 +35,11 @@ class LearnedEnv(gym.Env):
         self.world = WorldModel.from_folder(model)
         if self.world.actions is None:
             raise ValueError(f"{model} was trained without actions: it cannot simulate their effect")
+        if self.world.needs_state:
+            raise ValueError(
+                f"{model} is conditioned on proprioceptive state, which a learned simulator does not predict "
+                "(it imagines pixels only); use a model trained without state (model.state_dim=null)"
+            )
         self.world.check_env(env)
         g = self.world.geometry
         if g.frame_step != 1 or g.action_step != 1:

@@ -84,10 +84,11 @@ class WorldModelPolicy:
         self.chunks, self._step = [], 0
 
     def act(self, obs: dict, task: str) -> np.ndarray:
-        check_obs(obs, task)
+        needs_state = self.runner.world.needs_state
+        check_obs(obs, task, needs_state)
         if not self.runner.queue:
             t0 = time.perf_counter()
-            chunk = self.runner.plan(obs["pixels"], task)
+            chunk = self.runner.plan(obs["pixels"], task, obs["agent_pos"] if needs_state else None)
             latency = (time.perf_counter() - t0) * 1e3
             self.runner.queue.extend(chunk[: self.runner.execute])
             imagined = self.runner.imagined_frames() if self.imagine else None

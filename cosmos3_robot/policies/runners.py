@@ -33,12 +33,18 @@ class SamplingConfig:
         make_sampler(self.sampler)  # validates the name
 
 
-def check_obs(obs: dict, task: str) -> None:
-    """Raise, in the caller's terms, unless `obs` is an env observation with pixels and `task` a text."""
+def check_obs(obs: dict, task: str, needs_state: bool = False) -> None:
+    """Raise, in the caller's terms, unless `obs` is an env observation with pixels (and `agent_pos`
+    for a state-conditioned model) and `task` a text."""
     if not isinstance(obs, dict) or "pixels" not in obs:
         keys = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
         raise ValueError(
             f"obs must be an env observation dict with a 'pixels' image (H, W, 3) uint8, got {keys}"
+        )
+    if needs_state and "agent_pos" not in obs:
+        raise ValueError(
+            f"this model is conditioned on proprioceptive state: obs needs 'agent_pos' (the env's "
+            f"observation.state), got keys {sorted(obs)}"
         )
     if not isinstance(task, str):
         raise ValueError(f"task must be the instruction text (a str), got {task!r}")
@@ -75,13 +81,16 @@ class PolicyRunner:
         self.queue.clear()
         self._reasoned = None
 
-    def plan(self, pixels: np.ndarray, task: str) -> np.ndarray:
-        """One frame (H, W, 3) uint8 -> an action chunk (Na, A) in env units.
+    def plan(self, pixels: np.ndarray, task: str, state: np.ndarray | None = None) -> np.ndarray:
+        """One frame (H, W, 3) uint8 (+ the state (S,) at it, for a state-conditioned model) -> an
+        action chunk (Na, A) in env units.
 
         The Reasoner reads only the task text, so it runs on the first plan of a task and its
         cache serves the following plans (until `reset` or another task)."""
+        self.world.require_state(state, "a policy plan")
         frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
-        batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1)
+        state = None if state is None else np.asarray(state)[None]
+        batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1, state=state)
         if self._reasoned is None or self._reasoned[0] != task:
             self._reasoned = (task, batch.prompt().reasoned(self.world.model))
         out = sample_mode(self.world, "policy", batch, self.sampling, self.generator, self._reasoned[1])
@@ -102,9 +111,11 @@ class PolicyRunner:
         return frames.permute(0, 2, 3, 1).numpy()
 
     def act(self, obs: dict, task: str) -> np.ndarray:
-        check_obs(obs, task)
+        needs_state = self.world.needs_state
+        check_obs(obs, task, needs_state)
         if not self.queue:
-            self.queue.extend(self.plan(obs["pixels"], task)[: self.execute])
+            state = obs["agent_pos"] if needs_state else None
+            self.queue.extend(self.plan(obs["pixels"], task, state)[: self.execute])
         return self.queue.popleft().astype(np.float32)
 
 
@@ -156,10 +167,12 @@ class LearnedSimulator:
     world: WorldModel
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
-    def predict(self, frames: Tensor, actions: Tensor, task: str) -> Tensor:
-        """frames uint8 (B, T_obs, H, W, 3) observed; actions raw (B, Na, A) -> latents (B, C, T_lat, h, w)."""
+    def predict(self, frames: Tensor, actions: Tensor, task: str, state=None) -> Tensor:
+        """frames uint8 (B, T_obs, H, W, 3) observed; actions raw (B, Na, A); state raw (B, S) at the
+        first frame (state-conditioned models) -> latents (B, C, T_lat, h, w)."""
+        self.world.require_state(state, "forward dynamics")
         latents = self.world.encode_frames(frames)
         batch = self.world.clip_batch(
-            [task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2]
+            [task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2], state=state
         )
         return sample_mode(self.world, "forward_dynamics", batch, self.sampling)["video"]

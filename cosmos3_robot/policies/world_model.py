@@ -49,6 +49,13 @@ class WorldModel:
         self.tokenizer = load_tokenizer(data_state.tokenizer)
         at = data_state.action_transform
         self.actions = ActionTransform.from_state_dict(at) if at else None
+        st = data_state.state_transform
+        self.state = ActionTransform.from_state_dict(st) if st else None
+        if (self.state is None) != (model.config.state_dim is None):
+            raise ValueError(
+                f"the model's state_dim is {model.config.state_dim} but its data state "
+                f"{'has no' if self.state is None else 'has a'} state transform; export the model again"
+            )
         self.encode_seconds = 0.0  # time spent in the VAE encoder (for throughput reports)
 
     @classmethod
@@ -149,15 +156,38 @@ class WorldModel:
             raise ValueError(f"task texts must be strings, got {bad!r} (use '' for no instruction)")
         return self.tokenizer.batch_encode(texts)
 
+    @property
+    def needs_state(self) -> bool:
+        """Whether policy and forward dynamics are conditioned on proprioceptive state."""
+        return self.state is not None
+
+    def state_batch(self, state, batch: int) -> tuple[Tensor, Tensor]:
+        """Raw state (B, S) at the observed frame (env units, e.g. `obs["agent_pos"]`) -> normalised
+        (B, 1, width) and its time (B, 1)."""
+        s = torch.as_tensor(np.asarray(state, dtype=np.float32))
+        want = (batch, self.state.dim)
+        if tuple(s.shape) != want:
+            raise ValueError(
+                f"state must be (batch, state dims) = {want} (the model was trained on {self.state.key} "
+                f"of {self.state.dim} dims), got shape {tuple(s.shape)}"
+            )
+        if not bool(torch.isfinite(s).all()):
+            raise ValueError("state holds NaN/inf")
+        norm, _ = self.state.encode(s[:, None])
+        return norm, torch.zeros(batch, 1)
+
     def clip_batch(
         self,
         tasks: list[str],
         latents: Tensor,
         actions: Tensor | None = None,
         obs_frames: int | None = None,
+        state=None,
     ) -> ClipBatch:
         """A full-length clip batch. `latents` (B, C, T, h, w) may hold fewer than T_lat frames: the rest
-        are zero placeholders (they are generated). `actions` raw (B, Na, A) or None = placeholders."""
+        are zero placeholders (they are generated). `actions` raw (B, Na, A) or None = placeholders.
+        `state` raw (B, S) at the first frame: required by a state-conditioned model for policy and
+        forward dynamics, ignored by inverse dynamics."""
         g = self.geometry
         b, c, t, h, w = latents.shape
         if t < g.latent_frames:
@@ -190,7 +220,17 @@ class WorldModel:
             batch.action_valid = torch.ones(b, g.num_actions, dtype=torch.bool)
             batch.action_mask = mask.reshape(1, -1).expand(b, -1).clone()
             batch.embodiment = torch.full((b,), self.embodiment, dtype=torch.long)
+        if self.state is not None and state is not None:
+            batch.state, batch.state_time = self.state_batch(state, b)
         return batch
+
+    def require_state(self, state, what: str) -> None:
+        """Raise, naming what to pass, when a state-conditioned model is asked for `what` without state."""
+        if self.needs_state and state is None:
+            raise ValueError(
+                f"this model is conditioned on proprioceptive state ({self.state.key}, {self.state.dim} dims): "
+                f"{what} needs it (an env observation's 'agent_pos')"
+            )
 
     def raw_actions(self, normalised: Tensor) -> np.ndarray:
         """(B, Na, W) model actions -> (B, Na, A) in the env's units."""

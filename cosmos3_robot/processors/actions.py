@@ -87,7 +87,7 @@ class ActionTransform:
             )
         if self.dim > self.width:
             raise ValueError(
-                f"dataset {self.name!r} has {self.dim} action dims but the action width is "
+                f"dataset {self.name!r} has {self.dim} {self.key} dims but the model's {self.key} width is "
                 f"{self.width}; raise the width to at least {self.dim}"
             )
 
@@ -113,7 +113,7 @@ class ActionTransform:
     def _check(self, x: Tensor) -> None:
         if x.shape[-1] != self.dim:
             raise ValueError(
-                f"actions have {x.shape[-1]} dims on the last axis but {self.name!r} has {self.dim}"
+                f"{self.key} has {x.shape[-1]} dims on the last axis but {self.name!r} has {self.dim}"
             )
 
     def encode(self, actions: Tensor) -> tuple[Tensor, Tensor]:

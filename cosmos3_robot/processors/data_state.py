@@ -41,6 +41,8 @@ class DataState:
     geometry: ClipGeometry | None = None  # generator stage only
     action_transform: dict[str, Any] | None = None  # `ActionTransform.state_dict()`; None = no actions
     vae: VAEReference | None = None  # generator stage only
+    # `ActionTransform.state_dict()` of `observation.state`; None = not state-conditioned
+    state_transform: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +53,7 @@ class DataState:
             "geometry": None if self.geometry is None else self.geometry.to_dict(),
             "action_transform": self.action_transform,
             "vae": None if self.vae is None else self.vae.to_dict(),
+            "state_transform": self.state_transform,
             "details": self.details,
         }
 
@@ -75,5 +78,6 @@ class DataState:
             geometry=None if d.get("geometry") is None else ClipGeometry.from_dict(d["geometry"]),
             action_transform=d.get("action_transform"),
             vae=None if d.get("vae") is None else VAEReference.from_dict(d["vae"]),
+            state_transform=d.get("state_transform"),
             details=dict(d.get("details") or {}),
         )

@@ -12,6 +12,9 @@ are noised (generated) — docs/design.md, "The three action modes":
     policy             observed frames (+ instruction)    actions and future frames, independent σ
     video              observed frames                    future frames; actions absent
 
+Proprioceptive state (when the batch has it) is clean conditioning at its own timestamps in forward
+dynamics and policy; inverse dynamics and video leave it out (they label / predict video alone).
+
 A head implements `noisy_masks(batch)`; building the sequence, the loss and sampling are shared.
 """
 
@@ -49,6 +52,8 @@ class ClipBatch:
     audio: Tensor | None = None  # (B, Ns, Ca)
     audio_time: Tensor | None = None  # (B, Ns)
     audio_valid: Tensor | None = None  # (B, Ns) bool
+    state: Tensor | None = None  # (B, Ns_state, S) normalised proprioception at observed times, padded to S
+    state_time: Tensor | None = None  # (B, Ns_state)
 
     @property
     def batch(self) -> int:
@@ -160,6 +165,13 @@ class TaskHead:
                 nact,
                 sigma.get("action"),
                 valid=batch.action_valid,
+                embodiment=batch.embodiment,
+            )
+        if batch.has("state") and "state" not in self.drops:
+            out["state"] = series_stream(
+                batch.state,
+                batch.state_time,
+                torch.zeros_like(batch.state_time, dtype=torch.bool),
                 embodiment=batch.embodiment,
             )
         return GenInput(**out)

@@ -24,6 +24,7 @@ class InverseDynamics(TaskHead):
 
     name = "inverse_dynamics"
     needs = ("video", "action")
+    drops = ("state",)  # it labels video that has no state
     generates = ("action",)
 
     def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
@@ -46,7 +47,7 @@ class VideoPrediction(TaskHead):
 
     name = "video"
     needs = ("video",)
-    drops = ("action",)
+    drops = ("action", "state")
     generates = ("video", "audio")
 
     def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:

@@ -57,6 +57,9 @@ class ModelSection:
     vit: str | None = None  # ViT preset (cosmos3_robot.encoders.vit.vit_preset) trained with the Reasoner
     # The preset's latent channels replaced (= the frozen VAE's, e.g. 48 for a Wan2.2-width VAE).
     latent_channels: int | None = None
+    # Proprioceptive-state width (observation.state padded to it): policy and forward dynamics are
+    # conditioned on the state at the observed frame. None: no state input.
+    state_dim: int | None = None
 
     def __post_init__(self) -> None:
         from cosmos3_robot.model.config import PRESETS
@@ -65,6 +68,10 @@ class ModelSection:
             raise ValueError(f"model.preset={self.preset!r}; choose one of {sorted(PRESETS)}")
         if self.latent_channels is not None and self.latent_channels < 1:
             raise ValueError(f"model.latent_channels must be >= 1, got {self.latent_channels}")
+        if self.state_dim is not None and self.state_dim < 1:
+            raise ValueError(
+                f"model.state_dim must be >= 1 (or null for no state input), got {self.state_dim}"
+            )
 
     def config(self):
         """The ModelConfig this section describes (the preset, with its overrides)."""
@@ -73,6 +80,8 @@ class ModelSection:
         cfg = preset(self.preset)
         if self.latent_channels is not None:
             cfg = dataclasses.replace(cfg, latent_channels=self.latent_channels)
+        if self.state_dim is not None:
+            cfg = dataclasses.replace(cfg, state_dim=self.state_dim)
         return cfg
 
 

@@ -43,7 +43,7 @@ def test_policy_queue_replans_every_execute_steps(world):
     runner = PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2))
     calls = []
     plan = runner.plan
-    runner.plan = lambda pixels, task: calls.append(1) or plan(pixels, task)
+    runner.plan = lambda pixels, task, state=None: calls.append(1) or plan(pixels, task, state)
     obs = {"pixels": np.zeros((32, 32, 3), np.uint8)}
     acts = [runner.act(obs, "move the fingertip to the red target") for _ in range(5)]
     assert len(calls) == 3  # steps 0, 2, 4

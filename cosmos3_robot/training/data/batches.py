@@ -127,4 +127,6 @@ def count_tokens(batch: Any, patch: int) -> int:
             n += b * batch.action.shape[1]
         if batch.audio is not None:
             n += b * batch.audio.shape[1]
+        if batch.state is not None:
+            n += b * batch.state.shape[1]
     return n

@@ -91,6 +91,7 @@ def clip_dataset(cfg: DataConfig, spec: ClipSpec, episodes: list[int] | None) ->
             episodes=episodes,
             image_key=cfg.image_key,
             action_key=cfg.action_key,
+            state_key=cfg.state_key,
             env_state_key=cfg.env_state_key,
         )
     )

@@ -27,6 +27,7 @@ class DataConfig:
     repo_id: str | None = None  # hub id (only read from the local cache when offline)
     image_key: str = "observation.image"
     action_key: str = "action"
+    state_key: str = "observation.state"  # proprioception, for a state-conditioned model
     env_state_key: str = "observation.environment_state"
     # Clip geometry (ClipSpec): num_frames = 1 + 4k video frames -> 1 + k latent frames.
     num_frames: int = 9

@@ -139,6 +139,7 @@ class GeneratorData:
 
         self.embodiments = EmbodimentRegistry()
         self.action_transform = self._action_transform(meta) if cfg.num_actions > 0 else None
+        self.state_transform = self._state_transform(meta) if model_cfg.state_dim is not None else None
         self.free_ds, self.free_idx = self._action_free_clips()
 
         self.vae = frozen_vae(cfg, model_cfg)
@@ -181,6 +182,35 @@ class GeneratorData:
             width=width,
             normalizer=Normalizer.from_lerobot_stats(meta.stats, {cfg.action_key: cfg.action_norm}),
             key=cfg.action_key,
+        )
+
+    def _state_transform(self, meta) -> ActionTransform:
+        """This dataset's `observation.state` statistics (mean/std), padded to the model's state width."""
+        cfg, width = self.cfg, self.model_cfg.state_dim
+        key = cfg.state_key
+        if self.action_transform is None:
+            raise ValueError(
+                "a state-conditioned model (model.state_dim set) conditions robot clips with actions; "
+                "set num_actions > 0, or train without state (model.state_dim=null)"
+            )
+        require_feature(
+            meta, self.name, key, "a state-conditioned model (model.state_dim set)",
+            "record the dataset with its proprioceptive state, or train without state (model.state_dim=null)",
+        )  # fmt: skip
+        dim = int(np.prod(meta.features[key]["shape"]))
+        if dim > width:
+            raise ValueError(
+                f"dataset {self.name}: {key!r} has {dim} dims but the model's state width is "
+                f"model.state_dim={width}; set model.state_dim={dim} (or more)"
+            )
+        if not meta.stats or key not in meta.stats:
+            raise ValueError(f"dataset {self.name}: no statistics for key {key!r} in meta/stats.json")
+        return ActionTransform(
+            name=self.action_transform.name,
+            embodiment_id=self.embodiment_id,
+            width=width,
+            normalizer=Normalizer.from_lerobot_stats(meta.stats, {key: "mean_std"}),
+            key=key,
         )
 
     def _action_free_clips(self) -> tuple[VideoFolderDataset | None, np.ndarray]:
@@ -300,7 +330,18 @@ class GeneratorData:
                 action_mask=mask.expand(len(samples), -1).clone(),
                 embodiment=torch.full((len(samples),), self.embodiment_id, dtype=torch.long),
             )
+        if self.state_transform is not None:
+            out.update(self._observed_state(samples))
         return ClipBatch(input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **out)
+
+    def _observed_state(self, samples: list[dict[str, Any]]) -> dict[str, Tensor]:
+        """The state at every observed video frame (those of the `obs_frames` clean latent frames)."""
+        if self.cfg.obs_frames == 0:  # nothing observed: no state either
+            return {}
+        n = min(TEMPORAL_FACTOR * (self.cfg.obs_frames - 1) + 1, samples[0]["state"].shape[0])
+        raw = torch.stack([s["state"][:n] for s in samples])  # (B, n, S)
+        state, _ = self.state_transform.encode(raw)
+        return {"state": state, "state_time": torch.stack([s["video_time"][:n] for s in samples]).float()}
 
     def free_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
         """Samples of the action-free video folder -> ClipBatch with action=None."""
@@ -324,6 +365,7 @@ class GeneratorData:
                 image_size=self.image_size,
             ),
             action_transform=self.action_transform.state_dict() if self.action_transform else None,
+            state_transform=self.state_transform.state_dict() if self.state_transform else None,
             vae=VAEReference(
                 path=None if cfg.vae is None else str(Path(cfg.vae).resolve()),  # usable from anywhere
                 preset=None if cfg.vae else cfg.vae_preset,
