@@ -78,6 +78,43 @@ def cases(f: dict[str, Path]) -> list[tuple[str, list[str], str]]:
         ("record: noise nan", ["record", "--root", str(t / "rn"), "--noise", "nan"], "--noise"),
         ("record: episodes 0", ["record", "--root", str(t / "r0"), "--episodes", "0"], "--episodes"),
         (
+            "record: another repo id into a root",
+            ["record", "--root", data, "--repo-id", "other/reach", "--episodes", "4", "--image-size", "32"],
+            "created as repo id",
+        ),
+        ("train: data option without +", [*train, "data.options.num_frames=5"], "needs a leading +"),
+        (
+            "train: unknown data option",
+            [
+                "train",
+                "model=tiny",
+                "steps=1",
+                f"out={t / 'uo'}",
+                "data.source=lerobot",
+                f"data.root={data}",
+                "+data.options.nosuch=3",
+                "progress=false",
+            ],
+            "unknown data option",
+        ),  # fmt: skip
+        (
+            "train: state narrower than the data",
+            [
+                "train",
+                "model=tiny",
+                "model.state_dim=2",
+                "steps=1",
+                f"out={t / 'sd'}",
+                "data.source=lerobot",
+                f"data.root={data}",
+                "+data.options.vae_preset=tiny",
+                "+data.options.num_frames=5",
+                "+data.options.num_actions=4",
+                "progress=false",
+            ],
+            "model.state_dim=4",
+        ),  # fmt: skip
+        (
             "train: lerobot without a VAE",
             [
                 "train",

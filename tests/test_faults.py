@@ -183,6 +183,10 @@ def test_world_model_inputs_in_the_callers_terms(world):
         runner.act({"agent_pos": np.zeros(4)}, task)
     with pytest.raises(ValueError, match="task must be the instruction text"):
         runner.act({"pixels": np.zeros((32, 32, 3), np.uint8)}, None)
+    with pytest.raises(
+        ValueError, match=r"obs\['pixels'\] must be one RGB image .* got shape \(1, 32, 32, 3\)"
+    ):
+        runner.act({"pixels": np.zeros((1, 32, 32, 3), np.uint8)}, task)
     with pytest.raises(ValueError, match="RGBA"):
         world.encode_frames(torch.zeros(1, 1, 32, 32, 4, dtype=torch.uint8))
     with pytest.raises(ValueError, match="must be uint8 RGB images"):

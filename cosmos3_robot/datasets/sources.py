@@ -20,7 +20,10 @@ def _resolve(repo_id: str | None, root: str | Path | None) -> tuple[str, Path | 
     if root is None and repo_id is None:
         raise ValueError("give a local dataset root or a hub repo_id")
     root = Path(root) if root is not None else None
-    repo_id = repo_id or f"local/{root.name}"
+    if repo_id is None:
+        from cosmos3_robot.datasets.writer import recorded_repo_id
+
+        repo_id = recorded_repo_id(root) or f"local/{root.name}"
     local = root
     if local is None:
         from lerobot.utils.constants import HF_LEROBOT_HOME

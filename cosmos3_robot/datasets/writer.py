@@ -97,6 +97,29 @@ def close_session(dataset, root: Path) -> None:
     (root / STATE_DIR / "IN_PROGRESS").unlink(missing_ok=True)
 
 
+REPO_ID_FILE = "repo_id"  # in STATE_DIR: the repo id the dataset was created under
+
+
+def recorded_repo_id(root: str | Path) -> str | None:
+    """The repo id `record` / `label` created the dataset at `root` under (LeRobot's own files do
+    not keep it), or None for a dataset they did not write."""
+    path = Path(root) / STATE_DIR / REPO_ID_FILE
+    return path.read_text().strip() if path.is_file() else None
+
+
+def check_repo_id(root: Path, repo_id: str, given: bool) -> str:
+    """The repo id to write `root` under: the recorded one, which an explicit other one contradicts."""
+    recorded = recorded_repo_id(root) if root.exists() else None
+    if recorded is None:
+        return repo_id
+    if given and repo_id != recorded:
+        raise ValueError(
+            f"dataset {root} was created as repo id {recorded!r}, not {repo_id!r}; pass --repo-id {recorded} "
+            "(or leave it out) to add to it, or choose another root"
+        )
+    return recorded
+
+
 def open_session(root: Path, repo_id: str, fps: int, features: dict, robot_type: str | None):
     """A LeRobot writer on `root` (created, or resumed after the last commit), marked in progress."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -106,6 +129,7 @@ def open_session(root: Path, repo_id: str, fps: int, features: dict, robot_type:
         return LeRobotDataset.resume(repo_id, root=root)
     dataset = LeRobotDataset.create(repo_id, fps, features, root=root, robot_type=robot_type, use_videos=True)
     (root / STATE_DIR).mkdir(exist_ok=True)
+    (root / STATE_DIR / REPO_ID_FILE).write_text(repo_id + "\n")
     (root / STATE_DIR / "IN_PROGRESS").touch()
     return dataset
 

@@ -73,8 +73,10 @@ class WorldModelPolicy:
     """Our model in policy mode: an action chunk (and the frames it expects) every `execute` steps."""
 
     def __init__(self, world: WorldModel, execute: int = 4, sampling: SamplingConfig | None = None,
-                 imagine: bool = False):  # fmt: skip
-        self.runner = PolicyRunner(world, execute=execute, sampling=sampling or SamplingConfig())
+                 imagine: bool = False, ensemble: float | None = None):  # fmt: skip
+        self.runner = PolicyRunner(
+            world, execute=execute, sampling=sampling or SamplingConfig(), ensemble=ensemble
+        )
         self.imagine = imagine  # decode the predicted future frames of every chunk (for recordings)
         self.chunks: list[Chunk] = []
         self._step = 0
@@ -86,15 +88,15 @@ class WorldModelPolicy:
     def act(self, obs: dict, task: str) -> np.ndarray:
         needs_state = self.runner.world.needs_state
         check_obs(obs, task, needs_state)
-        if not self.runner.queue:
+        if self.runner.needs_plan():
             t0 = time.perf_counter()
             chunk = self.runner.plan(obs["pixels"], task, obs["agent_pos"] if needs_state else None)
             latency = (time.perf_counter() - t0) * 1e3
-            self.runner.queue.extend(chunk[: self.runner.execute])
+            self.runner.add_plan(chunk)
             imagined = self.runner.imagined_frames() if self.imagine else None
             self.chunks.append(Chunk(self._step, latency, imagined))
         self._step += 1
-        return self.runner.queue.popleft().astype(np.float32)
+        return self.runner.next_action()
 
 
 def run_episode(env, policy: Policy, seed: int) -> Episode:

@@ -41,6 +41,11 @@ def check_obs(obs: dict, task: str, needs_state: bool = False) -> None:
         raise ValueError(
             f"obs must be an env observation dict with a 'pixels' image (H, W, 3) uint8, got {keys}"
         )
+    shape = tuple(np.shape(obs["pixels"]))
+    if len(shape) != 3 or shape[-1] not in (3, 4):
+        raise ValueError(
+            f"obs['pixels'] must be one RGB image (H, W, 3) uint8, as the env renders it; got shape {shape}"
+        )
     if needs_state and "agent_pos" not in obs:
         raise ValueError(
             f"this model is conditioned on proprioceptive state: obs needs 'agent_pos' (the env's "
@@ -55,11 +60,16 @@ class PolicyRunner:
     """Closed-loop policy: every `execute` env steps, sample an action chunk from the current frame.
 
     `act(obs, task)` takes a Gymnasium observation dict (`pixels` H×W×3 uint8) and returns one action.
+
+    With `ensemble=m` it re-plans at every step and averages, for the current step, the actions of
+    every chunk that covers it, the oldest weighted most: w_i = exp(-m·i), i = 0 for the oldest
+    (ACT's temporal ensembling, Zhao et al. 2023); `execute` is then unused.
     """
 
     world: WorldModel
     execute: int = 4  # actions taken from each sampled chunk before re-planning
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    ensemble: float | None = None
 
     def __post_init__(self) -> None:
         g = self.world.geometry
@@ -72,14 +82,41 @@ class PolicyRunner:
                 f"the model predicts one action every {g.action_step} dataset frames; a closed-loop "
                 "policy needs one per env step (train with action_hz = the dataset fps)"
             )
+        if self.ensemble is not None and not (np.isfinite(self.ensemble) and self.ensemble >= 0):
+            raise ValueError(f"ensemble={self.ensemble} must be a finite weight decay >= 0 (ACT uses 0.01)")
         self.queue: deque[np.ndarray] = deque()
+        self.plans: list[tuple[int, np.ndarray]] = []  # (step planned at, chunk), for ensembling
+        self.t = 0  # env steps since reset
         self.generator = torch.Generator().manual_seed(self.sampling.seed)
         self._reasoned: tuple[str, ReasonedPrompt] | None = None  # the task text, reasoned once
         self._last_video: Tensor | None = None  # latents of the last plan (observed + imagined)
 
     def reset(self) -> None:
         self.queue.clear()
+        self.plans, self.t = [], 0
         self._reasoned = None
+
+    def needs_plan(self) -> bool:
+        return self.ensemble is not None or not self.queue
+
+    def add_plan(self, chunk: np.ndarray) -> None:
+        """A chunk (Na, A) planned at the current step."""
+        if self.ensemble is None:
+            self.queue.extend(chunk[: self.execute])
+        else:
+            self.plans.append((self.t, chunk))
+
+    def next_action(self) -> np.ndarray:
+        """The action of the current step (from the queue, or ensembled over the live chunks)."""
+        if self.ensemble is None:
+            action = self.queue.popleft()
+        else:
+            self.plans = [(s, c) for s, c in self.plans if self.t - s < len(c)]
+            preds = np.stack([c[self.t - s] for s, c in self.plans])  # oldest first
+            w = np.exp(-self.ensemble * np.arange(len(preds)))
+            action = (w[:, None] * preds).sum(0) / w.sum()
+        self.t += 1
+        return np.asarray(action, dtype=np.float32)
 
     def plan(self, pixels: np.ndarray, task: str, state: np.ndarray | None = None) -> np.ndarray:
         """One frame (H, W, 3) uint8 (+ the state (S,) at it, for a state-conditioned model) -> an
@@ -113,10 +150,9 @@ class PolicyRunner:
     def act(self, obs: dict, task: str) -> np.ndarray:
         needs_state = self.world.needs_state
         check_obs(obs, task, needs_state)
-        if not self.queue:
-            state = obs["agent_pos"] if needs_state else None
-            self.queue.extend(self.plan(obs["pixels"], task, state)[: self.execute])
-        return self.queue.popleft().astype(np.float32)
+        if self.needs_plan():
+            self.add_plan(self.plan(obs["pixels"], task, obs["agent_pos"] if needs_state else None))
+        return self.next_action()
 
 
 def sample_mode(

@@ -17,8 +17,15 @@ def to_uint8(frames: Tensor) -> Tensor:
 
 
 def resize_frames(frames: Tensor, size: int | None) -> Tensor:
-    """Resize uint8 (T, 3, H, W) to (T, 3, size, size) with antialiasing; None keeps the size."""
+    """Resize uint8 (T, 3, H, W) to (T, 3, size, size) with antialiasing; None keeps the size.
+    Non-square frames are refused rather than squashed (that would change what the model sees)."""
     if size is None or tuple(frames.shape[-2:]) == (size, size):
         return frames
+    h, w = frames.shape[-2:]
+    if h != w:
+        raise ValueError(
+            f"frames are {h}x{w} px (not square); resizing them to {size}x{size} would squash them: "
+            "record square frames (record --image-size) or crop them to a square first"
+        )
     x = F.interpolate(frames.float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return x.round().clamp(0, 255).to(torch.uint8)

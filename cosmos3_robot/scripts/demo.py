@@ -29,10 +29,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cosmos3_robot.scripts.common import HelpFormatter
+
 
 def info_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="cosmos3-robot info", description="Print model presets and their sizes."
+        formatter_class=HelpFormatter,
+        prog="cosmos3-robot info",
+        description="Print model presets and their sizes.",
     )
     parser.parse_args(argv)
     from cosmos3_robot.model import MoT, count_parameters
@@ -114,9 +118,7 @@ def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="cosmos3-robot demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog="cosmos3-robot demo", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="working folder (resumed if present)")
     p.add_argument("--env", default="cosmos3_robot/Push-v0", help="registered env id")
     p.add_argument("--episodes", type=int, default=16, help="expert episodes to record")

@@ -13,6 +13,7 @@ from cosmos3_robot.interop.diffusers_config import DIFFUSERS_CLASS, DiffusersCom
 from cosmos3_robot.interop.diffusers_io import COMPAT_META, export_diffusers_cosmos3, load_diffusers_cosmos3
 from cosmos3_robot.interop.qwen3vl import load_qwen3vl
 from cosmos3_robot.model import preset
+from cosmos3_robot.scripts.common import HelpFormatter
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -20,7 +21,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def import_diffusers_main(argv: list[str] | None = None) -> int:
     """`cosmos3-robot import-diffusers SRC DST`: Diffusers Cosmos 3 folder -> our checkpoint folder."""
     ap = argparse.ArgumentParser(
-        prog="cosmos3-robot import-diffusers", description=import_diffusers_main.__doc__
+        formatter_class=HelpFormatter,
+        prog="cosmos3-robot import-diffusers",
+        description=import_diffusers_main.__doc__,
     )
     ap.add_argument(
         "src", help="Diffusers Cosmos3OmniTransformer folder (or a pipeline folder with transformer/)"
@@ -42,12 +45,16 @@ def export_diffusers_main(argv: list[str] | None = None) -> int:
     Models of the presets sim-small, nano and super export; tiny does not (its time projection is
     narrower than the 256 Diffusers' layer has)."""
     ap = argparse.ArgumentParser(
-        prog="cosmos3-robot export-diffusers", description=export_diffusers_main.__doc__
+        formatter_class=HelpFormatter,
+        prog="cosmos3-robot export-diffusers",
+        description=export_diffusers_main.__doc__,
     )
     ap.add_argument("src", help="our checkpoint folder (cosmos3_robot.interop.checkpoint format)")
     ap.add_argument("dst", help="output Diffusers transformer folder")
-    ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None)
-    ap.add_argument("--max-shard-gb", type=float, default=5.0)
+    ap.add_argument(
+        "--dtype", choices=sorted(_DTYPES), default=None, help="weight dtype (default: as stored)"
+    )
+    ap.add_argument("--max-shard-gb", type=float, default=5.0, help="largest safetensors shard, in GB")
     args = ap.parse_args(argv)
     model, _, meta = load_model(args.src)
     compat = DiffusersCompat.from_dict(meta[COMPAT_META]) if COMPAT_META in meta else None
@@ -64,6 +71,7 @@ def export_diffusers_main(argv: list[str] | None = None) -> int:
 
 def import_qwen3vl_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="cosmos3-robot import-qwen3vl",
         description="Build both towers (and the ViT) from a local Hugging Face Qwen3-VL folder and save "
         "them as a cosmos3-robot checkpoint. Nothing is downloaded.",

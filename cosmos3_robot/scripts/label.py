@@ -27,14 +27,20 @@ from pathlib import Path
 import numpy as np
 
 from cosmos3_robot.files import write_json_atomic
-from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance, run_config
+from cosmos3_robot.scripts.common import (
+    HelpFormatter,
+    add_threads_option,
+    apply_threads,
+    provenance,
+    run_config,
+)
 
 REPORT = "meta/cosmos3_label.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="cosmos3-robot label", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="cosmos3-robot label", description=__doc__, formatter_class=HelpFormatter
     )
     p.add_argument("--model", type=Path, required=True, help="model folder written by `cosmos3-robot train`")
     p.add_argument("--source", type=Path, required=True, help="folder of videos, or a LeRobot dataset folder")
@@ -42,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, required=True, help="the labelled LeRobot dataset to write (or continue)"
     )
     p.add_argument(
-        "--repo-id", default=None, help="repo id stored in its metadata (default: local/<out name>)"
+        "--repo-id",
+        default=None,
+        help="LeRobot repo id of the new dataset, kept beside it so loaders find it (default: local/<out name>)",
     )
     p.add_argument("--image-key", default="observation.image", help="the source dataset's image key")
     p.add_argument("--task", default="", help="task text for videos without a <name>.txt (default: empty)")
@@ -225,7 +233,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--check needs true actions, and {args.source} has none")
     if args.group < 1 or (args.max_episodes is not None and args.max_episodes < 1):
         raise ValueError(f"--group and --max-episodes must be >= 1, got {args.group} and {args.max_episodes}")
-    out, repo_id = args.out, args.repo_id or f"local/{args.out.name}"
+    from cosmos3_robot.datasets.writer import check_repo_id
+
+    out = args.out
+    repo_id = check_repo_id(out, args.repo_id or f"local/{out.name}", given=args.repo_id is not None)
     config = run_config(args)
     report_path = out / REPORT
     done, report = resume_point(out, repo_id, config)

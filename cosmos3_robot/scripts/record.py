@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 
 from cosmos3_robot.envs.record import record_dataset
+from cosmos3_robot.scripts.common import HelpFormatter
 
 
 def build_parser() -> argparse.ArgumentParser:
     from cosmos3_robot.envs import ENV_IDS
 
     p = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="cosmos3-robot record",
         description=(
             "Roll out the scripted expert of a cosmos3_robot env and write a LeRobot dataset "
@@ -30,7 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--root", type=Path, required=True, help="dataset folder (created, or resumed if it exists)"
     )
     p.add_argument(
-        "--repo-id", default=None, help="LeRobot repo id stored in the metadata (default: local/<root name>)"
+        "--repo-id",
+        default=None,
+        help="LeRobot repo id of the dataset, kept beside it (ROOT/.cosmos3_record/repo_id) so that every "
+        "loader given only --root uses it (default: local/<root name>)",
     )
     p.add_argument(
         "--fps",
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rate = f"{np.mean(res.successes):.0%}" if res.successes else "n/a"
     print(
-        f"{res.root}: {res.total_episodes} episodes ({res.new_episodes} new, {res.new_frames} frames "
+        f"{res.root} (repo id {res.repo_id}): {res.total_episodes} episodes ({res.new_episodes} new, {res.new_frames} frames "
         f"in {res.seconds:.1f} s = {res.frames_per_second:.1f} frames/s, expert success {rate})"
     )
     return 0

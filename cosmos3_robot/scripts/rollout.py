@@ -25,6 +25,7 @@ import numpy as np
 
 from cosmos3_robot.files import write_json_atomic
 from cosmos3_robot.scripts.common import (
+    HelpFormatter,
     add_threads_option,
     apply_threads,
     claim_output,
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cosmos3-robot rollout",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--model", type=Path, help="model folder written by `cosmos3-robot train`")
@@ -50,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="output folder (resumed when it holds this run)")
     p.add_argument(
         "--execute", type=int, default=4, help="actions executed per sampled chunk (default: %(default)s)"
+    )
+    p.add_argument(
+        "--ensemble",
+        type=float,
+        default=None,
+        help="temporal ensembling (ACT): re-plan every step and average the overlapping chunks with "
+        "weights exp(-M * age), the oldest first; M=0.01 is ACT's (default: off, use --execute)",
     )
     p.add_argument("--steps", type=int, default=10, help="denoising steps per chunk (default: %(default)s)")
     p.add_argument("--image-size", type=int, default=None, help="env camera size (default: the model's)")
@@ -95,7 +103,9 @@ def make_policy(args: argparse.Namespace):
     sampling = SamplingConfig(steps=args.steps)
     from cosmos3_robot.policies.rollout import WorldModelPolicy
 
-    policy = WorldModelPolicy(world, execute=args.execute, sampling=sampling, imagine=args.rrd)
+    policy = WorldModelPolicy(
+        world, execute=args.execute, sampling=sampling, imagine=args.rrd, ensemble=args.ensemble
+    )
     world.check_env(args.env)
     g = world.geometry
     if args.image_size is not None and args.image_size != g.image_size:

@@ -12,7 +12,9 @@ or `.hydra/` subfolder is written; the resolved config is saved as `<out>/config
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import time
 from pathlib import Path
 
 from cosmos3_robot.model import ModelConfig
@@ -27,22 +29,28 @@ generator (stage 2: Generator only, flow matching over mixed action modes), vae 
 forwarded to `cosmos3-robot train-vae`, whose --flags it takes).
 
 Configuration: Hydra overrides on {CONF_DIR}/train.yaml, checked against the dataclass
-schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error).
-  model=tiny|sim-small                         model preset (conf/model/*.yaml)
+schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error). Defaults in [ ];
+`--print-config` prints every key with its value.
+  model=tiny|sim-small [tiny]                  model preset (conf/model/*.yaml)
   model.init=PATH  model.vit=tiny|sim-small    start from a save_model folder; train a ViT
-  stage=reasoner|generator  steps=N  seed=S  precision=fp32|bf16  out=DIR
-  data.source=synthetic|lerobot  data.root=DIR  data.batch_size=B (global)
+  stage=reasoner|generator [generator]  steps=N [1000]  seed=S [0]  precision=fp32|bf16 [fp32]
+  out=DIR [runs/train]
+  data.source=synthetic|lerobot [synthetic]  data.root=DIR  data.batch_size=B (global) [8]
   +data.options.K=V   (lerobot: a field of cosmos3_robot.training.data.DataConfig; the `+` is
                       needed because options start empty): vae=DIR (train-vae's vae/ folder, the
                       frozen VAE) or vae_preset=tiny (random VAE, smoke tests only), num_frames=1+4k,
                       num_actions=N, obs_frames=K, image_key, action_key, val_fraction, clip_stride,
                       latent_cache=true|DIR, action_free_folder=DIR, tokenizer=DIR, allow_weak_vae
   model.latent_channels=C                      the frozen VAE's latent channels, if not the preset's
-  optim.lr=  optim.warmup_steps=  optim.weight_decay=  optim.grad_clip=  optim.min_lr_ratio=
+  model.state_dim=S                            condition policy and forward dynamics on
+                                               observation.state, padded to S dims [none]
+  optim.lr= [3e-4]  optim.warmup_steps= [100]  optim.weight_decay= [0.05]  optim.grad_clip= [1.0]
+  optim.min_lr_ratio= [0.1]
   generator.modes='{{forward_dynamics:0.3,inverse_dynamics:0.3,policy:0.3,video:0.1}}'
   generator.mode_mix=per_sample|per_batch  generator.prompt_dropout=P  generator.sigma.shift=S
-  checkpoint.every=N  checkpoint.keep_last=K  checkpoint.resume=auto|never|PATH
-  micro_batch_size=M  ema_decay=D  log_every=N  val_every=N  val_batches=N  threads=T
+  checkpoint.every=N [500]  checkpoint.keep_last=K [3]  checkpoint.resume=auto|never|PATH [auto]
+  micro_batch_size=M  ema_decay=D [0.999]  log_every=N [10]  val_every=N [200]  val_batches=N
+  threads=T [torch's default]
   distributed.strategy=ddp|fsdp  distributed.backend=auto|gloo|nccl   (under torchrun)
 
 Outputs in `out`: checkpoints/step-*/ (resumable), model/ (EMA weights, load_model-able),
@@ -63,6 +71,12 @@ def build_data(cfg: TrainConfig, model_config: ModelConfig, vit=None):
         raise ValueError(f"data.source={d.source!r}; choose 'synthetic' or 'lerobot'")
     from cosmos3_robot.training import data as data_module  # noqa: I001
 
+    known = {f.name for f in dataclasses.fields(data_module.DataConfig)}
+    unknown = sorted(set(d.options) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown data option(s) {unknown}; the lerobot source takes +data.options.K=V for K in {sorted(known)}"
+        )
     dcfg = data_module.DataConfig(
         root=d.root, repo_id=d.repo_id, batch_size=d.batch_size, seed=d.seed, **d.options
     )
@@ -118,6 +132,8 @@ def compose(overrides: list[str]) -> TrainConfig:
         cause = e.__cause__
         if cause is not None and str(cause):
             msg += f" ({str(cause).splitlines()[0]})"
+        if "data.options." in msg and "+data.options." not in msg:
+            msg += "; data.options start empty, so each key needs a leading +: +data.options.KEY=VALUE"
         raise ValueError(f"bad train config: {msg}. See `cosmos3-robot train --help` for the keys.") from e
 
 
@@ -158,10 +174,15 @@ def run(cfg: TrainConfig, config_text: str | None = None) -> int:
     from cosmos3_robot.training.trainer import Trainer, build_model
 
     info = init_distributed(cfg.distributed.backend)
+    say = print if cfg.progress and info.is_main else (lambda *a, **k: None)
     try:
+        t0 = time.perf_counter()
+        say(f"building the model ({cfg.model.preset}) ...", flush=True)
         model, vit = build_model(cfg)
+        say(f"opening the data ({cfg.data.source}: dataset, frozen VAE, latent cache) ...", flush=True)
         data = build_data(cfg, model.config, vit)
         trainer = Trainer(cfg, data, model=model, vit=vit, dist_info=info)
+        say(f"ready in {time.perf_counter() - t0:.1f} s; training", flush=True)
         if info.is_main and config_text is not None:
             Path(cfg.out).mkdir(parents=True, exist_ok=True)
             (Path(cfg.out) / "config.yaml").write_text(config_text)

@@ -15,14 +15,20 @@ import argparse
 import json
 from pathlib import Path
 
-from cosmos3_robot.scripts.common import add_threads_option, apply_threads, provenance, run_config
+from cosmos3_robot.scripts.common import (
+    HelpFormatter,
+    add_threads_option,
+    apply_threads,
+    provenance,
+    run_config,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cosmos3-robot train-probe",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--model", type=Path, required=True, help="model folder written by `cosmos3-robot train`")
     p.add_argument(

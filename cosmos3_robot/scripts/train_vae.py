@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from cosmos3_robot.scripts.common import HelpFormatter
 from cosmos3_robot.training.vae import train_vae
 from cosmos3_robot.training.vae_config import VAETrainConfig
 
@@ -47,14 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cosmos3-robot train-vae",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     defaults = VAETrainConfig.__dataclass_fields__
     for name in VAETrainConfig.field_names():
         field = defaults[name]
         flag = "--" + name.replace("_", "-")
         kind = int if field.type.startswith("int") else float if field.type.startswith("float") else str
-        kwargs = {"type": kind, "help": _HELP[name] + " (default: %(default)s)"}
+        kwargs = {"type": kind, "help": _HELP[name]}
         if name == "out":
             kwargs["required"] = True
         else:

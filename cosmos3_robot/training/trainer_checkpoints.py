@@ -57,14 +57,15 @@ class TrainerCheckpoints:
         snap = ckpt.load_checkpoint(folder)
         ckpt.check_config(snap, self.cfg.to_dict(), folder)
         data_state = json.loads(json.dumps(self.data.state().to_dict()))
-        if snap.data_state != data_state:
-            keys = sorted(
-                k
-                for k in set(snap.data_state) | set(data_state)
-                if snap.data_state.get(k) != data_state.get(k)
+        changed = state_changes(snap.data_state, data_state)
+        if changed:
+            shown = "; ".join(
+                f"{path}: {old!r} (checkpoint) -> {new!r} (now)" for path, old, new in changed[:3]
             )
             raise ckpt.CheckpointError(
-                f"{folder}: the data source's state differs from the checkpoint's in {keys}"
+                f"{folder}: this run reads other data than the checkpoint trained on ({shown}"
+                f"{'; ...' if len(changed) > 3 else ''}); resume with the run's own settings "
+                "(its config.yaml), or start a new run with another out="
             )
         ckpt.copy_into(self.model, snap.model_state, "model")
         if self.vit is not None:
@@ -122,3 +123,16 @@ class TrainerCheckpoints:
             if ln.strip() and json.loads(ln).get("step", 0) <= self.step
         ]
         path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def state_changes(saved, now, path: str = "") -> list[tuple[str, object, object]]:
+    """(dotted path, saved value, current value) of every leaf that differs. A key the saved state
+    lacks was added by a newer cosmos3-robot (its default then held), so it is not a change."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        out = []
+        for key in sorted(set(saved) | set(now), key=str):
+            if key not in saved:
+                continue
+            out += state_changes(saved[key], now.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    return [] if saved == now else [(path, saved, now)]

@@ -359,6 +359,9 @@ def train_vae(cfg: VAETrainConfig, progress: bool = True) -> dict:
     if t.step >= cfg.steps:
         print(f"{cfg.out} is already trained to step {t.step} (--steps {cfg.steps}); nothing to do")
         return {**(t.history[-1] if t.history else {}), "steps_run": 0, "vae": str(t.out / "vae")}
+    src = cfg.root if cfg.root is not None else cfg.repo_id
+    roots = ", ".join(str(r) for r in (src if isinstance(src, list | tuple) else [src]))
+    print(f"loading every frame of {roots} into memory ...", flush=True)
     t.load_data()
     t0 = time.time()
     bar = tqdm(
@@ -371,8 +374,10 @@ def train_vae(cfg: VAETrainConfig, progress: bool = True) -> dict:
         bar.set_postfix(loss=f"{loss:.4f}", rec=f"{parts['rec']:.4f}")
         out_of_time = cfg.max_minutes is not None and (time.time() - t0) > cfg.max_minutes * 60
         if t.step % cfg.eval_every == 0 or t.step == cfg.steps or out_of_time:
+            bar.write(f"step {t.step}: evaluating on the held-out episodes ...")
             bar.write(describe_scores(t.step, t.evaluate(parts), loss))
         if t.step % cfg.save_every == 0 or t.step == cfg.steps or out_of_time:
+            bar.write(f"step {t.step}: saving {t.ckpt_path} and {t.out / 'vae'} ...")
             t.save()
         if out_of_time:
             bar.write(f"stopping at step {t.step}: --max-minutes {cfg.max_minutes} reached")

@@ -130,3 +130,30 @@ def test_learned_simulator_env_passes_check_env_and_repeats_a_seeded_episode(tin
     assert first.shape == (32, 32, 3) and first.dtype == np.uint8
     with pytest.raises(ValueError, match="trained on recordings of cosmos3_robot/Reach-v0"):
         gym.make("cosmos3_robot/Learned-v0", model=str(tiny_world[0]), env="cosmos3_robot/Push-v0")
+
+
+def test_temporal_ensembling_averages_the_live_chunks_oldest_first(world):
+    wm, _ = world
+    m = 0.5
+    runner = PolicyRunner(wm, sampling=SamplingConfig(steps=1), ensemble=m)
+    na, a = wm.geometry.num_actions, wm.actions.dim
+    calls = []
+
+    def plan(pixels, task, state=None):  # the chunk planned at step s: action k is s + k/10 in every dim
+        s = len(calls)
+        calls.append(s)
+        return np.full((na, a), float(s)) + np.arange(na)[:, None] / 10
+
+    runner.plan = plan
+    obs = {"pixels": np.zeros((32, 32, 3), np.uint8)}
+    for t in range(na + 3):
+        got = runner.act(obs, "reach")
+        starts = [s for s in range(t + 1) if t - s < na]  # chunks that cover step t, oldest first
+        preds = np.array([s + (t - s) / 10 for s in starts])
+        w = np.exp(-m * np.arange(len(starts)))
+        np.testing.assert_allclose(got, np.full(a, (w * preds).sum() / w.sum()), rtol=1e-6)
+    assert calls == list(range(na + 3))  # one plan per step
+    runner.reset()
+    assert runner.plans == [] and runner.t == 0
+    with pytest.raises(ValueError, match="ensemble=-1"):
+        PolicyRunner(wm, ensemble=-1)

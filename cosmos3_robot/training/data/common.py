@@ -69,6 +69,19 @@ def require_feature(meta, name: str, key: str, stage: str, hint: str) -> None:
         )
 
 
+def square_image_size(meta, name: str, key: str) -> int:
+    """The side of the dataset's square frames under `key`; non-square frames are refused."""
+    shape = meta.features[key]["shape"]
+    names = meta.features[key].get("names") or []
+    h, w = (shape[0], shape[1]) if list(names[:2]) != ["channels", "height"] else (shape[1], shape[2])
+    if h != w:
+        raise ValueError(
+            f"dataset {name}, key {key!r}: frames are {h}x{w} px; the model needs square frames (the VAE and "
+            "the 2x2 patch grid are square): record square frames (record --image-size) or crop them"
+        )
+    return int(h)
+
+
 def split_dataset(cfg: DataConfig, meta, name: str):
     episodes = [int(e) for e in meta.episodes["episode_index"]]
     return split_episodes(episodes, cfg.val_fraction, cfg.seed, dataset=name)

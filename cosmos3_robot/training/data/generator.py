@@ -49,6 +49,7 @@ from cosmos3_robot.training.data.common import (
     plan_loader,
     require_feature,
     split_dataset,
+    square_image_size,
     val_indices,
 )
 from cosmos3_robot.training.data.config import DataConfig
@@ -115,7 +116,8 @@ class GeneratorData:
             )  # fmt: skip
         self.fps = float(meta.fps)
         self.robot_type = meta.robot_type  # the env id, for datasets written by `record`
-        self.image_size = cfg.image_size or int(meta.features[cfg.image_key]["shape"][0])
+        self.image_size = square_image_size(meta, self.name, cfg.image_key)
+        self.image_size = cfg.image_size or self.image_size
         try:
             check_spatial_size(self.image_size, self.image_size)
         except ValueError as e:
