@@ -125,3 +125,10 @@ def test_train_help_defaults_match_the_config():
         )
         checked += 1
     assert checked >= 12
+
+
+def test_train_says_what_it_does_before_the_first_step(tmp_path, capsys):
+    assert main(["train", "model=tiny", "steps=1", f"out={tmp_path / 'run'}", "progress=true"]) == 0
+    out = capsys.readouterr().out
+    for phase in ("building the model (tiny)", "opening the data (synthetic", "ready in", "trained 1 steps"):
+        assert phase in out, out

@@ -12,7 +12,10 @@ from __future__ import annotations
 import gymnasium as gym
 
 from cosmos3_robot.envs.base import PHYSICS_HZ, EnvConfig, MujocoTaskEnv
-from cosmos3_robot.envs.experts import Expert, PushExpert, ReachExpert, make_expert
+from cosmos3_robot.envs.experts import Expert, MetaWorldExpert, PushExpert, ReachExpert, make_expert
+from cosmos3_robot.envs.metaworld import NATIVE_HZ, NATIVE_MAX_STEPS, MetaWorldEnv
+from cosmos3_robot.envs.metaworld import TASKS as METAWORLD_TASKS
+from cosmos3_robot.envs.metaworld import env_id as metaworld_env_id
 from cosmos3_robot.envs.push import PushEnv
 from cosmos3_robot.envs.reach import ReachEnv
 
@@ -23,6 +26,9 @@ _ENVS: dict[str, tuple[str, int]] = {
     f"{NAMESPACE}/Push-v0": ("cosmos3_robot.envs.push:PushEnv", 100),
 }
 ENV_IDS: list[str] = list(_ENVS)
+# Meta-World v3 tasks (envs/metaworld.py): id -> task; their time limit is Meta-World's 500 native steps.
+METAWORLD_IDS: dict[str, str] = {metaworld_env_id(t): t for t in METAWORLD_TASKS}
+ALL_ENV_IDS: list[str] = ENV_IDS + list(METAWORLD_IDS)  # what `record` and `rollout` accept
 # The world model as a simulator (`policies/learned_env.py`), registered by name: `gym.make(LEARNED_ID,
 # model=DIR, env=ID)`. The entry point is a string, so importing the envs imports no model code.
 LEARNED_ID = f"{NAMESPACE}/Learned-v0"
@@ -32,6 +38,14 @@ def register_envs() -> None:
     for env_id, (entry_point, steps) in _ENVS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, max_episode_steps=steps)
+    for env_id, task in METAWORLD_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(
+                id=env_id,
+                entry_point="cosmos3_robot.envs.metaworld:MetaWorldEnv",
+                kwargs={"task": task},
+                max_episode_steps=NATIVE_MAX_STEPS // (NATIVE_HZ // 10),  # at the default 10 Hz
+            )
     if LEARNED_ID not in gym.registry:  # its time limit is the real env's, applied inside
         gym.register(id=LEARNED_ID, entry_point="cosmos3_robot.policies.learned_env:LearnedEnv")
 
@@ -39,7 +53,7 @@ def register_envs() -> None:
 def make_env(env_id: str, **kwargs) -> gym.Env:
     """`gym.make` with the time limit scaled to the control rate (`episode_seconds` of the task)."""
     if env_id not in gym.registry:
-        raise ValueError(f"unknown env {env_id!r}; registered cosmos3 envs: {', '.join(ENV_IDS)}")
+        raise ValueError(f"unknown env {env_id!r}; registered cosmos3 envs: {', '.join(ALL_ENV_IDS)}")
     env = gym.make(env_id, **kwargs)
     steps = env.unwrapped.max_steps
     env.close()
@@ -49,11 +63,15 @@ def make_env(env_id: str, **kwargs) -> gym.Env:
 register_envs()
 
 __all__ = [
+    "ALL_ENV_IDS",
     "ENV_IDS",
     "LEARNED_ID",
     "PHYSICS_HZ",
     "EnvConfig",
     "Expert",
+    "METAWORLD_IDS",
+    "MetaWorldEnv",
+    "MetaWorldExpert",
     "MujocoTaskEnv",
     "PushEnv",
     "PushExpert",

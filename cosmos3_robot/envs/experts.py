@@ -10,7 +10,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from cosmos3_robot.envs import push, reach
+from cosmos3_robot.envs import metaworld, push, reach
 
 
 class Expert:
@@ -86,7 +86,26 @@ class PushExpert(Expert):
         return v / push.MAX_SPEED
 
 
-EXPERTS: dict[type, type[Expert]] = {reach.ReachEnv: ReachExpert, push.PushEnv: PushExpert}
+class MetaWorldExpert(Expert):
+    """Meta-World's own scripted policy for the task, on its 39-D observation; our env holds each
+    action for its repeat, as it does for any policy."""
+
+    def __init__(self, env: gym.Env, noise: float = 0.0, seed: int | None = None) -> None:
+        super().__init__(env, noise, seed)
+        from metaworld.policies import ENV_POLICY_MAP
+
+        self.policy = ENV_POLICY_MAP[self.env.task_name]()
+
+    def clean_action(self) -> np.ndarray:
+        env: metaworld.MetaWorldEnv = self.env
+        return np.asarray(self.policy.get_action(env.raw_obs), dtype=np.float64)
+
+
+EXPERTS: dict[type, type[Expert]] = {
+    reach.ReachEnv: ReachExpert,
+    push.PushEnv: PushExpert,
+    metaworld.MetaWorldEnv: MetaWorldExpert,
+}
 
 
 def make_expert(env: gym.Env, noise: float = 0.0, seed: int | None = None) -> Expert:

@@ -12,7 +12,7 @@ from cosmos3_robot.scripts.common import HelpFormatter
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cosmos3_robot.envs import ENV_IDS
+    from cosmos3_robot.envs import ALL_ENV_IDS
 
     p = argparse.ArgumentParser(
         formatter_class=HelpFormatter,
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
-        "--env", default=ENV_IDS[0], choices=ENV_IDS, help="Gymnasium env id (default: %(default)s)"
+        "--env", default=ALL_ENV_IDS[0], choices=ALL_ENV_IDS, help="Gymnasium env id (default: %(default)s)"
     )
     p.add_argument("--episodes", type=int, default=50, help="total episodes the dataset should hold")
     p.add_argument(

@@ -71,10 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> None:
     import gymnasium as gym
 
-    from cosmos3_robot.envs import ENV_IDS
+    from cosmos3_robot.envs import ALL_ENV_IDS
 
     if args.env not in gym.registry:
-        raise ValueError(f"unknown env {args.env!r}; registered: {', '.join(ENV_IDS)}")
+        raise ValueError(f"unknown env {args.env!r}; registered: {', '.join(ALL_ENV_IDS)}")
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
     if args.steps < 1 or args.execute < 1:
