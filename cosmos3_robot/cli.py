@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "label action-free videos with actions (a new LeRobot dataset)",
     ),
     "evaluate": ("cosmos3_robot.scripts.evaluate:main", "predicted futures and actions against ground truth"),
+    "train-baseline": (
+        "cosmos3_robot.scripts.train_baseline:main",
+        "train LeRobot's ACT or Diffusion Policy for a step or time budget",
+    ),
     "train-probe": (
         "cosmos3_robot.scripts.train_probe:main",
         "teach a model to judge success in imagination",
