@@ -120,9 +120,9 @@ def train_baseline(cfg: BaselineConfig, progress: bool = True) -> dict:
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
         opt.step()
         step += 1
-        losses.append(float(loss))
+        losses.append(loss.item())
         bar.update(1)
-        bar.set_postfix(loss=f"{float(loss):.4f}")
+        bar.set_postfix(loss=f"{losses[-1]:.4f}")
         if step % cfg.save_every == 0:
             save(out, cfg, policy, pre, post, opt, step, time.perf_counter() - t0, losses)
     bar.close()
