@@ -107,12 +107,13 @@ def recorded_repo_id(root: str | Path) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
-def check_repo_id(root: Path, repo_id: str, given: bool) -> str:
-    """The repo id to write `root` under: the recorded one, which an explicit other one contradicts."""
+def check_repo_id(root: Path, repo_id: str | None) -> str:
+    """The repo id to write `root` under: the recorded one (which a given other one contradicts), else
+    the given one, else local/<root name>."""
     recorded = recorded_repo_id(root) if root.exists() else None
     if recorded is None:
-        return repo_id
-    if given and repo_id != recorded:
+        return repo_id or f"local/{root.name}"
+    if repo_id is not None and repo_id != recorded:
         raise ValueError(
             f"dataset {root} was created as repo id {recorded!r}, not {repo_id!r}; pass --repo-id {recorded} "
             "(or leave it out) to add to it, or choose another root"
@@ -191,8 +192,8 @@ def quiet_writer() -> Iterator[None]:
     except ImportError:  # pragma: no cover - av is a LeRobot dependency
         pass
     libav = ffmpeg_log_level()
-    libav_level = libav.av_log_get_level() if libav is not None else None
     if libav is not None:
+        libav_level = libav.av_log_get_level()
         libav.av_log_set_level(AV_LOG_ERROR)
     try:
         yield

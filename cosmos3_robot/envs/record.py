@@ -180,7 +180,7 @@ def record_dataset(
     os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 (LeRobot's default codec): errors only
     check_record_args(episodes, noise, image_size, checkpoint_every)
     root = Path(root)
-    repo_id = check_repo_id(root, repo_id or f"local/{root.name}", given=repo_id is not None)
+    repo_id = check_repo_id(root, repo_id)
     env_kwargs = {"image_size": image_size} | ({"control_hz": fps} if fps is not None else {})
     env = make_env(env_id, **env_kwargs)
     fps = int(env.unwrapped.control_hz)

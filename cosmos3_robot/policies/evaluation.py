@@ -130,9 +130,10 @@ def forward(
 ) -> Tensor:
     """Forward dynamics from the clips' observed frames with `actions`: predicted latents."""
     obs = world.geometry.obs_frames
-    state = clips.states if world.needs_state else None
-    world.require_state(state, "forward dynamics")
-    batch = world.clip_batch(clips.tasks, latents[:, :, :obs], actions=actions, obs_frames=obs, state=state)
+    world.require_state(clips.states, "forward dynamics")  # a model without state ignores them
+    batch = world.clip_batch(
+        clips.tasks, latents[:, :, :obs], actions=actions, obs_frames=obs, state=clips.states
+    )
     return sample_mode(world, "forward_dynamics", batch, sampling)["video"]
 
 

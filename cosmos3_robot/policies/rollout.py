@@ -12,14 +12,13 @@ both fit, so baselines and our model are rolled out by the same code.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig, check_obs
+from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig
 from cosmos3_robot.policies.world_model import WorldModel
 
 
@@ -86,17 +85,13 @@ class WorldModelPolicy:
         self.chunks, self._step = [], 0
 
     def act(self, obs: dict, task: str) -> np.ndarray:
-        needs_state = self.runner.world.needs_state
-        check_obs(obs, task, needs_state)
-        if self.runner.needs_plan():
-            t0 = time.perf_counter()
-            chunk = self.runner.plan(obs["pixels"], task, obs["agent_pos"] if needs_state else None)
-            latency = (time.perf_counter() - t0) * 1e3
-            self.runner.add_plan(chunk)
+        planning = self.runner.needs_plan()
+        action = self.runner.act(obs, task)
+        if planning:
             imagined = self.runner.imagined_frames() if self.imagine else None
-            self.chunks.append(Chunk(self._step, latency, imagined))
+            self.chunks.append(Chunk(self._step, self.runner.last_plan_ms, imagined))
         self._step += 1
-        return self.runner.next_action()
+        return action
 
 
 def run_episode(env, policy: Policy, seed: int) -> Episode:

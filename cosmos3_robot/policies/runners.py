@@ -8,6 +8,7 @@ Generator runs per denoising step.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -87,6 +88,7 @@ class PolicyRunner:
         self.queue: deque[np.ndarray] = deque()
         self.plans: list[tuple[int, np.ndarray]] = []  # (step planned at, chunk), for ensembling
         self.t = 0  # env steps since reset
+        self.last_plan_ms = 0.0  # wall time of the latest `plan` called by `act`
         self.generator = torch.Generator().manual_seed(self.sampling.seed)
         self._reasoned: tuple[str, ReasonedPrompt] | None = None  # the task text, reasoned once
         self._last_video: Tensor | None = None  # latents of the last plan (observed + imagined)
@@ -151,7 +153,10 @@ class PolicyRunner:
         needs_state = self.world.needs_state
         check_obs(obs, task, needs_state)
         if self.needs_plan():
-            self.add_plan(self.plan(obs["pixels"], task, obs["agent_pos"] if needs_state else None))
+            t0 = time.perf_counter()
+            chunk = self.plan(obs["pixels"], task, obs["agent_pos"] if needs_state else None)
+            self.last_plan_ms = (time.perf_counter() - t0) * 1e3
+            self.add_plan(chunk)
         return self.next_action()
 
 

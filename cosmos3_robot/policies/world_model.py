@@ -164,15 +164,9 @@ class WorldModel:
     def state_batch(self, state, batch: int) -> tuple[Tensor, Tensor]:
         """Raw state (B, S) at the observed frame (env units, e.g. `obs["agent_pos"]`) -> normalised
         (B, 1, width) and its time (B, 1)."""
-        s = torch.as_tensor(np.asarray(state, dtype=np.float32))
         want = (batch, self.state.dim)
-        if tuple(s.shape) != want:
-            raise ValueError(
-                f"state must be (batch, state dims) = {want} (the model was trained on {self.state.key} "
-                f"of {self.state.dim} dims), got shape {tuple(s.shape)}"
-            )
-        if not bool(torch.isfinite(s).all()):
-            raise ValueError("state holds NaN/inf")
+        s = raw_input(state, want, "state", f"(batch, state dims) = {want} (the model was trained on "
+                      f"{self.state.key} of {self.state.dim} dims)")  # fmt: skip
         norm, _ = self.state.encode(s[:, None])
         return norm, torch.zeros(batch, 1)
 
@@ -205,15 +199,10 @@ class WorldModel:
             if actions is None:  # placeholders (the actions are generated): zeros, with the real mask
                 norm, mask = pad_actions(torch.zeros(b, g.num_actions, self.actions.dim), self.actions.width)
             else:
-                actions = torch.as_tensor(actions, dtype=torch.float32)
                 want = (b, g.num_actions, self.actions.dim)
-                if tuple(actions.shape) != want:
-                    raise ValueError(
-                        f"actions must be (batch, actions per clip, action dims) = {want} in env units, got "
-                        f"shape {tuple(actions.shape)}"
-                    )
-                if not bool(torch.isfinite(actions).all()):
-                    raise ValueError("actions hold NaN/inf")
+                actions = raw_input(
+                    actions, want, "actions", f"(batch, actions per clip, action dims) = {want} in env units"
+                )
                 norm, mask = self.actions.encode(actions)
             batch.action = norm
             batch.action_time = g.action_time().expand(b, -1).clone()
@@ -235,3 +224,13 @@ class WorldModel:
     def raw_actions(self, normalised: Tensor) -> np.ndarray:
         """(B, Na, W) model actions -> (B, Na, A) in the env's units."""
         return self.actions.decode(normalised).cpu().numpy()
+
+
+def raw_input(value, want: tuple[int, ...], name: str, expected: str) -> Tensor:
+    """`value` (env units, array-like) as float32, refused unless of shape `want` and finite."""
+    x = torch.as_tensor(np.asarray(value, dtype=np.float32))
+    if tuple(x.shape) != want:
+        raise ValueError(f"{name} must be {expected}, got shape {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite numbers, got NaN/inf")
+    return x

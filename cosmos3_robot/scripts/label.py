@@ -236,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
     from cosmos3_robot.datasets.writer import check_repo_id
 
     out = args.out
-    repo_id = check_repo_id(out, args.repo_id or f"local/{out.name}", given=args.repo_id is not None)
+    repo_id = check_repo_id(out, args.repo_id)
     config = run_config(args)
     report_path = out / REPORT
     done, report = resume_point(out, repo_id, config)

@@ -116,8 +116,8 @@ class GeneratorData:
             )  # fmt: skip
         self.fps = float(meta.fps)
         self.robot_type = meta.robot_type  # the env id, for datasets written by `record`
-        self.image_size = square_image_size(meta, self.name, cfg.image_key)
-        self.image_size = cfg.image_size or self.image_size
+        recorded_size = square_image_size(meta, self.name, cfg.image_key)  # refuses non-square frames
+        self.image_size = cfg.image_size or recorded_size
         try:
             check_spatial_size(self.image_size, self.image_size)
         except ValueError as e:
@@ -163,10 +163,7 @@ class GeneratorData:
             raise ValueError(
                 f"DataConfig.action_width={width} differs from the model's action_dim={model_cfg.action_dim}"
             )
-        if not meta.stats or cfg.action_key not in meta.stats:
-            raise ValueError(
-                f"dataset {self.name}: no statistics for key {cfg.action_key!r} in meta/stats.json"
-            )
+        normalizer = self._normalizer(meta, cfg.action_key, cfg.action_norm)
         if isinstance(cfg.embodiment, int):
             emb_name, emb_id = meta.repo_id, cfg.embodiment
             self.embodiments.ids[emb_name] = emb_id
@@ -182,9 +179,15 @@ class GeneratorData:
             name=emb_name,
             embodiment_id=emb_id,
             width=width,
-            normalizer=Normalizer.from_lerobot_stats(meta.stats, {cfg.action_key: cfg.action_norm}),
+            normalizer=normalizer,
             key=cfg.action_key,
         )
+
+    def _normalizer(self, meta, key: str, mode: str) -> Normalizer:
+        """The dataset's own statistics for `key` (LeRobot's meta/stats.json)."""
+        if not meta.stats or key not in meta.stats:
+            raise ValueError(f"dataset {self.name}: no statistics for key {key!r} in meta/stats.json")
+        return Normalizer.from_lerobot_stats(meta.stats, {key: mode})
 
     def _state_transform(self, meta) -> ActionTransform:
         """This dataset's `observation.state` statistics (mean/std), padded to the model's state width."""
@@ -205,13 +208,11 @@ class GeneratorData:
                 f"dataset {self.name}: {key!r} has {dim} dims but the model's state width is "
                 f"model.state_dim={width}; set model.state_dim={dim} (or more)"
             )
-        if not meta.stats or key not in meta.stats:
-            raise ValueError(f"dataset {self.name}: no statistics for key {key!r} in meta/stats.json")
         return ActionTransform(
             name=self.action_transform.name,
             embodiment_id=self.embodiment_id,
             width=width,
-            normalizer=Normalizer.from_lerobot_stats(meta.stats, {key: "mean_std"}),
+            normalizer=self._normalizer(meta, key, "mean_std"),
             key=key,
         )
 
