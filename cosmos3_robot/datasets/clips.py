@@ -177,6 +177,9 @@ class ClipDataset(torch.utils.data.Dataset):
         )
         self.video_time = spec.video_time(self.fps)
         self.action_time = spec.action_time(self.fps)
+        lengths = dict(zip(meta.episodes["episode_index"], meta.episodes["length"], strict=True))
+        self._row_length = np.array([lengths[int(e)] for e in self.row_episode], dtype=np.int64)
+        self._columns: dict[str, np.ndarray] | None = None  # read_without_video's table, on first use
 
     # ---- validation ----------------------------------------------------------------------------
     def _check_keys(self, meta) -> None:
@@ -267,9 +270,72 @@ class ClipDataset(torch.utils.data.Dataset):
                 f"dataset {self.name}: cannot read clip {i} (episode {int(self.row_episode[row])}, "
                 f"frame {int(self.row_frame[row])}, keys {cfg.image_key!r}/{cfg.action_key!r}): {e}"
             ) from e
+        return {"video": item[cfg.image_key], **self._sample(item, i)}
+
+    # ---- reading without decoding video ----------------------------------------------------------
+    def without_video(self) -> ClipsWithoutVideo:
+        """This dataset's clips with every key but `video`, read from the table alone (no decoding):
+        for training on latents a cache already holds."""
+        return ClipsWithoutVideo(self)
+
+    def read_without_video(self, i: int) -> dict[str, Any]:
+        """Sample i minus `video`, plus `clip_index` = i. The windows are LeRobot's: frame k of the
+        clip is episode frame anchor + delta_k clamped into the episode, padded where it was clamped."""
+        cfg = self.config
+        if self._columns is None:
+            self._columns = self._table_columns()
+        cols = self._columns
+        row = int(self.anchors[i])
+        frame, length = int(self.row_frame[row]), int(self._row_length[row])
+        item: dict[str, Any] = {}
+        for key, step, n in self._windows():
+            wanted = frame + step * np.arange(n)
+            rows = row - frame + np.clip(wanted, 0, length - 1)
+            item[f"{key}_is_pad"] = torch.from_numpy((wanted < 0) | (wanted >= length))
+            if key != cfg.image_key:
+                item[key] = torch.from_numpy(cols[key][rows])
+        for key in ("episode_index", "frame_index", "timestamp", "task_index"):
+            item[key] = torch.tensor(cols[key][row])
+        item["task"] = self.lerobot.meta.tasks.iloc[int(cols["task_index"][row])].name
+        return {**self._sample(item, i), "clip_index": i}
+
+    def _windows(self) -> list[tuple[str, int, int]]:
+        cfg, spec = self.config, self.config.spec
+        out = [
+            (cfg.image_key, self.frame_step, spec.num_frames),
+            (cfg.state_key, self.frame_step, spec.num_frames),
+        ]
+        if self.has_env_state:
+            out.append((cfg.env_state_key, self.frame_step, spec.num_frames))
+        if spec.num_actions > 0:
+            out.append((cfg.action_key, self.action_step, spec.num_actions))
+        return out
+
+    def _table_columns(self) -> dict[str, np.ndarray]:
+        """Every numeric column a clip reads, as (rows, ...) arrays of the table's own dtype."""
+        rows = len(self.row_episode)
+        # Rows must hold each episode's frames 0..L-1 in order, as LeRobot writes them.
+        first = np.r_[True, self.row_episode[1:] != self.row_episode[:-1]]
+        if not (np.all(self.row_frame[first] == 0) and np.all(np.diff(self.row_frame)[~first[1:]] == 1)):
+            raise ValueError(
+                f"dataset {self.name}: rows are not in episode/frame order; read clips with video"
+            )
+        table = self.lerobot.hf_dataset.data
+        cols: dict[str, np.ndarray] = {}
+        for key, _, _ in self._windows():
+            if key != self.config.image_key:
+                col = table.column(key).combine_chunks()
+                shape = self.lerobot.meta.features[key]["shape"]
+                cols[key] = np.asarray(col.flatten().to_numpy(zero_copy_only=False)).reshape(rows, *shape)
+        for key in ("episode_index", "frame_index", "timestamp", "task_index"):
+            cols[key] = table.column(key).to_numpy()
+        return cols
+
+    def _sample(self, item: dict[str, Any], i: int) -> dict[str, Any]:
+        """The clip's keys from a LeRobot item (every key but `video`)."""
+        cfg = self.config
         state = item[cfg.state_key].float()
         out: dict[str, Any] = {
-            "video": item[cfg.image_key],
             "video_time": self.video_time.clone(),
             "video_valid": ~item[f"{cfg.image_key}_is_pad"],
             "state": state,
@@ -294,6 +360,19 @@ class ClipDataset(torch.utils.data.Dataset):
     @property
     def episodes(self) -> list[int]:
         return sorted({int(e) for e in self.row_episode})
+
+
+class ClipsWithoutVideo(torch.utils.data.Dataset):
+    """A ClipDataset's samples without `video` (see `ClipDataset.read_without_video`)."""
+
+    def __init__(self, clips: ClipDataset) -> None:
+        self.clips = clips
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.clips.read_without_video(i)
 
 
 def common_rate(*fps: float) -> float:

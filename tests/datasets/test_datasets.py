@@ -12,6 +12,7 @@ import torch
 
 from cosmos3_robot.datasets import (
     ClipDataset,
+    ClipDatasetConfig,
     ClipSpec,
     EpisodeSplit,
     Normalizer,
@@ -101,6 +102,29 @@ def test_clips_never_cross_episodes_and_padding_is_flagged(recorded):
     )
     assert len(full) == len(ds) - 2 * 6  # 6 padded anchors at the end of each of 2 episodes
     assert all(full[i]["video_valid"].all() and full[i]["action_valid"].all() for i in range(0, len(full), 5))
+
+
+@pytest.mark.parametrize("fps", (10, 30))
+def test_reading_without_video_equals_lerobots_windows(recorded, fps):
+    """The table-only read (for latent-cached training) gives LeRobot's own clip minus the frames,
+    padded anchors at episode ends included; a subset of episodes too."""
+    spec = ClipSpec(num_frames=3, video_fps=5, num_actions=7, pad=True)
+    for episodes in (None, [1]):
+        ds = ClipDataset(ClipDatasetConfig(root=recorded[fps], spec=spec, episodes=episodes))
+        fast = ds.without_video()
+        assert len(fast) == len(ds)
+        picks = sorted({0, 1, len(ds) // 2, len(ds) - 2, len(ds) - 1})
+        for i in picks:
+            want, got = ds[i], fast[i]
+            assert "video" not in got and got["clip_index"] == i
+            assert set(want) - {"video"} == set(got) - {"clip_index"}
+            for key, value in want.items():
+                if isinstance(value, torch.Tensor) and key != "video":
+                    assert value.dtype == got[key].dtype, key
+                    torch.testing.assert_close(got[key], value, rtol=0, atol=0, msg=key)
+                elif key != "video":
+                    assert got[key] == value, key
+        assert not fast[len(ds) - 1]["video_valid"].all()  # the last anchor is padded
 
 
 def test_normalizer_from_lerobot_stats_roundtrip(recorded, tmp_path):

@@ -165,6 +165,26 @@ def test_latent_cache_gives_identical_batches(gen, reach, tmp_path):
     assert again.cache_dir == cached.cache_dir
 
 
+@pytest.mark.parametrize("frame_stride", (1, 2))
+def test_cached_training_decodes_no_video(reach, tmp_path, frame_stride):
+    """With a cache, clips are read without video, padded clips included (the cache repeats the
+    episode's last frame as LeRobot's clamp does), and every batch equals the decode-everything path."""
+    kw = dict(num_actions=6, pad=True, batch_size=4, frame_stride=frame_stride)
+    plain = make_generator_data(gen_cfg(reach, **kw), preset("tiny"))
+    cached = make_generator_data(gen_cfg(reach, latent_cache=str(tmp_path / "c"), **kw), preset("tiny"))
+    assert "video" not in cached.robot_clips[0] and "video" in plain.robot_clips[0]
+    for a, b in zip(plain.train_batches(0), cached.train_batches(0), strict=True):
+        assert same(a, b)
+    assert cached.encoder.hits > 0 and cached.encoder.misses == 0
+    assert any(not b.video_valid.all() for b in cached.val_batches() + list(cached.train_batches(1)))
+    # a clip the cache lacks is decoded after all
+    next(cached.cache_dir.glob("episode_*.safetensors")).unlink()
+    holey = make_generator_data(gen_cfg(reach, latent_cache=str(tmp_path / "c"), **kw), preset("tiny"))
+    for a, b in zip(plain.train_batches(0), holey.train_batches(0), strict=True):
+        assert same(a, b)
+    assert holey.encoder.misses > 0
+
+
 def test_frame_stride_cache_and_times(reach, tmp_path):
     """Video at 5 fps (every 2nd frame), actions at 10 Hz: latent 1 sits at 0.8 s = action 8."""
     kw = dict(frame_stride=2, num_actions=9, pad=True, batch_size=4)

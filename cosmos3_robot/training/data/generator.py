@@ -151,6 +151,8 @@ class GeneratorData:
         if cfg.latent_cache:
             self.cache = self._open_cache()
         self.encoder = CachedEncoder(self.vae, self.cache)
+        # With a cache, clips are read from the table alone; only the clips it lacks decode video.
+        self.robot_clips = self.ds.without_video() if self.cache is not None else self.ds
         self._val: list[ClipBatch] | None = None
 
     def _action_transform(self, meta) -> ActionTransform:
@@ -261,6 +263,7 @@ class GeneratorData:
             "frame_step": self.frame_step,
             "phases": phases,
             "stride": stride,
+            "pad": cfg.pad,
             "vae": self.vae_fingerprint,
         }
         key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
@@ -274,7 +277,12 @@ class GeneratorData:
         def source():
             for ep, frames, times in iter_lerobot_episodes(lerobot, cfg.image_key, episodes, self.image_size):
                 for r in phases:
-                    yield ep * f + r, frames[r::f], times[r::f]
+                    clip_frames, clip_times = frames[r::f], times[r::f]
+                    if cfg.pad:  # clips past the end repeat the episode's last frame, as LeRobot's clamp does
+                        tail = cfg.num_frames - 1
+                        clip_frames = torch.cat([clip_frames, frames[-1:].expand(tail, *frames.shape[1:])])
+                        clip_times = torch.cat([clip_times, times[-1:].expand(tail)])
+                    yield ep * f + r, clip_frames, clip_times
 
         return LatentCache.build(self.cache_dir, self.vae, source(), cfg.num_frames, stride, info=what)
 
@@ -288,7 +296,9 @@ class GeneratorData:
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[ClipBatch]:
         plan = self._plan(epoch)[start:]  # skipped batches are never loaded
         loaders = {
-            "robot": plan_loader(self.ds, [b for k, b in plan if k == "robot"], self.cfg.num_workers),
+            "robot": plan_loader(
+                self.robot_clips, [b for k, b in plan if k == "robot"], self.cfg.num_workers
+            ),
             "free": plan_loader(self.free_ds, [b for k, b in plan if k == "free"], self.cfg.num_workers),
         }
         for kind, _ in plan:
@@ -299,13 +309,19 @@ class GeneratorData:
         if self._val is None:
             self._val = []
             for b in val_indices(len(self.val_idx), self.cfg.batch_size, self.cfg.max_val_batches):
-                self._val.append(self.robot_batch([self.ds[int(self.val_idx[i])] for i in b]))
+                self._val.append(self.robot_batch([self.robot_clips[int(self.val_idx[i])] for i in b]))
         return self._val
 
     def _video(self, samples: list[dict[str, Any]], keys: list[tuple[int, int]] | None) -> dict[str, Tensor]:
-        frames = torch.stack([resize_frames(to_uint8(s["video"]), self.image_size) for s in samples])
+        def frames(video: Tensor) -> Tensor:
+            return resize_frames(to_uint8(video), self.image_size)
+
+        def load(i: int) -> Tensor:  # a clip read without video that the cache lacks (a padded clip)
+            return frames(self.ds[samples[i]["clip_index"]]["video"])
+
+        clips = [frames(s["video"]) if "video" in s else None for s in samples]
         with torch.no_grad():
-            latents = self.encoder.encode(frames, keys)  # (B, C, T_lat, h, w)
+            latents = self.encoder.encode(clips, keys, load)  # (B, C, T_lat, h, w)
         time = torch.stack(
             [latent_frame_times(s["video_time"].double()) for s in samples]
         ).float()  # (B, T_lat)

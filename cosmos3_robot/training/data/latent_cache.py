@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -175,26 +175,38 @@ class LatentCache:
 class CachedEncoder:
     """`encode(frames, keys)`: latents from the cache where present, else from the VAE (same path).
 
-    frames (B, T, 3, H, W) float in [0, 1] (or uint8), keys: one (episode_index, start_frame) per
-    sample. Returns (B, C, T_lat, h, w) — bit-identical whether or not the cache held the clip.
+    frames (B, T, 3, H, W) float in [0, 1] (or uint8), or a list of B clips of which any may be None
+    (not decoded: `load(i)` gives clip i's frames on a cache miss); keys: one (episode_index,
+    start_frame) per sample. Returns (B, C, T_lat, h, w), bit-identical whether or not the cache held
+    the clip.
     """
 
     def __init__(self, vae: VideoVAE, cache: LatentCache | None = None) -> None:
         self.vae, self.cache = vae, cache
         self.hits = self.misses = 0
 
-    def encode(self, frames: Tensor, keys: list[tuple[int, int]] | None = None) -> Tensor:
+    def encode(
+        self,
+        frames: Tensor | list[Tensor | None],
+        keys: list[tuple[int, int]] | None = None,
+        load: Callable[[int], Tensor] | None = None,
+    ) -> Tensor:
         out = []
-        for i in range(frames.shape[0]):
+        for i in range(len(frames)):
+            clip = frames[i]
             cached = None
-            if self.cache is not None and keys is not None and frames.shape[1] == self.cache.clip_frames:
-                cached = self.cache.get(*keys[i])
+            if self.cache is not None and keys is not None:
+                if clip is None or clip.shape[0] == self.cache.clip_frames:
+                    cached = self.cache.get(*keys[i])
             if cached is not None:
                 self.hits += 1
                 out.append(cached)
                 continue
             self.misses += 1
-            clip = frames[i]
+            if clip is None:
+                if load is None:
+                    raise ValueError(f"clip {i} was not decoded and the latent cache does not hold {keys[i]}")
+                clip = load(i)
             out.append(
                 _encode_clip(self.vae, clip) if clip.dtype == torch.uint8 else self._encode_float(clip)
             )
