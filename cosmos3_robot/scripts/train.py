@@ -34,7 +34,8 @@ schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error). D
   model=tiny|sim-small [tiny]                  model preset (conf/model/*.yaml)
   model.init=PATH  model.vit=tiny|sim-small    start from a save_model folder; train a ViT
   stage=reasoner|generator [generator]  steps=N [1000]  seed=S [0]  precision=fp32|bf16 [fp32]
-  out=DIR [runs/train]
+  out=DIR [runs/train]  minutes=M [none]   a wall-clock budget of the training steps, over resumes:
+                                           stops at whichever of steps / minutes comes first
   data.source=synthetic|lerobot [synthetic]  data.root=DIR  data.batch_size=B (global) [8]
   +data.options.K=V   (lerobot: a field of cosmos3_robot.training.data.DataConfig; the `+` is
                       needed because options start empty): vae=DIR (train-vae's vae/ folder, the
@@ -170,6 +171,12 @@ def main(argv: list[str]) -> int:
 
 
 def run(cfg: TrainConfig, config_text: str | None = None) -> int:
+    train(cfg, config_text)
+    return 0
+
+
+def train(cfg: TrainConfig, config_text: str | None = None) -> dict:
+    """Build, train and export as `cosmos3-robot train` does; returns the trainer's summary."""
     from cosmos3_robot.infra.distributed import init_distributed, shutdown
     from cosmos3_robot.training.trainer import Trainer, build_model
 
@@ -190,7 +197,8 @@ def run(cfg: TrainConfig, config_text: str | None = None) -> int:
         if info.is_main:
             if summary["steps_run"] == 0:
                 print(
-                    f"{cfg.out} is already trained to step {summary['step']} (steps={cfg.steps}); nothing to do"
+                    f"{cfg.out} is already trained to step {summary['step']} (steps={cfg.steps}, "
+                    f"minutes={cfg.minutes}); nothing to do"
                 )
             else:
                 loss = summary["final_loss"]
@@ -203,4 +211,4 @@ def run(cfg: TrainConfig, config_text: str | None = None) -> int:
             )
     finally:
         shutdown()
-    return 0
+    return summary

@@ -200,7 +200,11 @@ class DistributedSection:
 @dataclass
 class TrainConfig:
     stage: str = "generator"
-    steps: int = 1000
+    steps: int = 1000  # the step budget, and the learning-rate schedule's length
+    # Wall-clock budget of the training steps (data + step, not validation or saving), summed over
+    # resumes; training stops at whichever budget is reached first, and the learning-rate schedule
+    # spans the steps the time allows at the pace so far. None: steps alone.
+    minutes: float | None = None
     seed: int = 0
     # "bf16": autocast (weights, optimiser and EMA stay fp32). Measured on the 2-core dev CPU for
     # sim-small, batch 8: generator stage fp32 1.14 s/step vs bf16 8.9 s/step; reasoner 0.13 vs
@@ -229,6 +233,8 @@ class TrainConfig:
         _choice(self, "precision", PRECISIONS)
         if self.steps < 1 or self.log_every < 1 or self.val_every < 0:
             raise ValueError("steps and log_every must be >= 1, val_every >= 0")
+        if self.minutes is not None and not self.minutes > 0:
+            raise ValueError(f"minutes must be > 0 (or null for steps alone), got {self.minutes}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")
         if not 0 <= self.ema_decay < 1:
@@ -249,6 +255,7 @@ class TrainConfig:
 # computed (only where it is written, how often it is reported, and how ranks share the work).
 RESUMABLE_FIELDS = (
     "out", "log_every", "val_every", "val_batches", "progress", "threads", "checkpoint", "distributed",
+    "minutes",
 )  # fmt: skip
 
 

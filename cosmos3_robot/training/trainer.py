@@ -129,6 +129,7 @@ class Trainer(TrainerCheckpoints):
         self.step = 0
         self.epoch = 0
         self.batch_in_epoch = 0
+        self.train_seconds = 0.0  # time in training steps so far, over every resume (cfg.minutes)
         self.history: list[dict[str, Any]] = []
 
     # -- what trains ------------------------------------------------------------------------------
@@ -244,7 +245,9 @@ class Trainer(TrainerCheckpoints):
         self._check_batch(batch)
         t0 = time.perf_counter()
         cfg, step = self.cfg, self.step
-        lr = lr_at(step, cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
+        lr = lr_at(
+            step, cfg.optim.lr, cfg.optim.warmup_steps, self._schedule_length(), cfg.optim.min_lr_ratio
+        )
         set_lr(self.optimizer, lr)
         batch, modes = self._plan_global(batch)
         b = batch_size(batch)
@@ -356,6 +359,27 @@ class Trainer(TrainerCheckpoints):
         with exclusive_lock(self.out, "train") if self.dist.is_main else nullcontext():
             return self._fit()
 
+    def _schedule_length(self) -> int:
+        """The learning-rate schedule's length in steps: `steps`, or under a `minutes` budget that
+        ends first, the steps the budget allows at the pace so far (the schedule then follows time)."""
+        cfg = self.cfg
+        if cfg.minutes is None or self.train_seconds <= 0 or self.step == 0:
+            return cfg.steps
+        pace = self.step / self.train_seconds
+        length = torch.tensor(min(cfg.steps, max(self.step + 1, int(pace * 60 * cfg.minutes))))
+        if self.dist.enabled:  # every rank follows rank 0's clock, so all use the same learning rate
+            torch.distributed.broadcast(length, src=0)
+        return int(length)
+
+    def _out_of_time(self) -> bool:
+        """cfg.minutes spent; every rank takes rank 0's answer, so that all stop at the same step."""
+        if self.cfg.minutes is None:
+            return False
+        spent = torch.tensor(float(self.train_seconds >= 60 * self.cfg.minutes))
+        if self.dist.enabled:
+            torch.distributed.broadcast(spent, src=0)
+        return bool(spent)
+
     def _fit(self) -> dict[str, Any]:
         cfg, main = self.cfg, self.dist.is_main
         self._maybe_resume()
@@ -371,8 +395,11 @@ class Trainer(TrainerCheckpoints):
         it = self._train_batches()
         last_saved = self.step if ckpt.latest_checkpoint(self.ckpt_root) else -1
         t_start, start_step = time.perf_counter(), self.step
-        while self.step < cfg.steps:
+        while self.step < cfg.steps and not self._out_of_time():
+            t_step = time.perf_counter()
             rec = self.train_step(next(it))
+            self.train_seconds += time.perf_counter() - t_step
+            last = self.step == cfg.steps or self._out_of_time()
             self.history.append(rec)
             for m, v in rec["losses"].items():
                 window[m].append(v)
@@ -380,21 +407,23 @@ class Trainer(TrainerCheckpoints):
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix({m: f"{sum(v) / len(v):.4f}" for m, v in window.items()}, refresh=False)
-            if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+            if self.step % cfg.log_every == 0 or last:
                 self._log({"split": "train", **{k: v for k, v in rec.items() if k != "losses"},
                            **{f"loss/{m}": sum(v) / len(v) for m, v in window.items() if m != "loss"},
                            "loss": sum(window["loss"]) / len(window["loss"])})  # fmt: skip
                 window.clear()
-            if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
+            if (cfg.val_every and self.step % cfg.val_every == 0) or last:
                 val = self.validate()
                 if val:
                     self._log({"split": "val", "step": self.step, **{f"loss/{m}": v for m, v in val.items()}})
-            if self.step % cfg.checkpoint.every == 0 or self.step == cfg.steps:
+            if self.step % cfg.checkpoint.every == 0 or last:
                 self.save()
                 last_saved = self.step
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - t_start
+        if main and self.step < cfg.steps:
+            print(f"stopping at step {self.step} of {cfg.steps}: minutes={cfg.minutes} reached", flush=True)
         if main and self.step > start_step:
             print(
                 "saving the last checkpoint, exporting the model (EMA weights) and plotting ...", flush=True
@@ -408,6 +437,7 @@ class Trainer(TrainerCheckpoints):
             "step": self.step,
             "steps_run": self.step - start_step,
             "seconds": seconds,
+            "train_seconds": self.train_seconds,
             "final_loss": sum(tail) / len(tail) if tail else None,
             "final_loss_window": len(tail),
             "model": str(model_dir),

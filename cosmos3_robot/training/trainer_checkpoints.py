@@ -39,6 +39,7 @@ class TrainerCheckpoints:
             trainer_state={
                 "epoch": self.epoch,
                 "batch_in_epoch": self.batch_in_epoch,
+                "train_seconds": self.train_seconds,
                 "ema_updates": self.ema.updates if self.ema is not None else 0,
             },
         )
@@ -81,6 +82,7 @@ class TrainerCheckpoints:
         self.step = snap.step
         self.epoch = int(snap.trainer_state["epoch"])
         self.batch_in_epoch = int(snap.trainer_state["batch_in_epoch"])
+        self.train_seconds = float(snap.trainer_state.get("train_seconds", 0.0))
 
     def _maybe_resume(self) -> None:
         mode = self.cfg.checkpoint.resume

@@ -177,3 +177,35 @@ main({argv(tmp_path / "killed")!r})
         return [(r["step"], r["loss"]) for r in rows if r["split"] == "train"]
 
     assert losses(tmp_path / "killed") == losses(tmp_path / "straight")  # the same curve, step for step
+
+
+def test_a_minutes_budget_stops_saves_and_carries_over_resumes(tmp_path, capsys):
+    """`minutes` stops at the first step past the budget, with a checkpoint and a model there; the
+    time spent is kept, so a resume under the same budget trains nothing more; lifting the budget
+    continues exactly as the uninterrupted run."""
+    full = make_trainer(tmp_path / "full", steps=4)
+    full.fit()
+    tiny = 1e-9  # minutes: spent by the first step
+    first = make_trainer(tmp_path / "b", steps=4, minutes=tiny)
+    summary = first.fit()
+    assert summary["step"] == 1 and summary["train_seconds"] > 0
+    assert "stopping at step 1 of 4: minutes=1e-09 reached" in capsys.readouterr().out
+    assert [p.name for p in ckpt.list_checkpoints(first.ckpt_root)] == ["step-00000001"]
+    assert (first.out / "model").is_dir()
+    again = make_trainer(tmp_path / "b", steps=4, minutes=tiny).fit()
+    assert again["step"] == 1 and again["steps_run"] == 0
+    assert again["train_seconds"] == pytest.approx(summary["train_seconds"])
+    rest = make_trainer(tmp_path / "b", steps=4)
+    rest.fit()
+    assert losses(rest) == losses(full)[1:]
+
+
+def test_under_a_minutes_budget_the_schedule_spans_the_steps_the_time_allows(tmp_path):
+    t = make_trainer(tmp_path, steps=1000, minutes=1.0)
+    assert t._schedule_length() == 1000  # no pace measured yet
+    t.step, t.train_seconds = 10, 6.0  # 10 steps in 6 s: 100 steps fit in a minute
+    assert t._schedule_length() == 100
+    t.cfg.steps = 50  # the step budget ends first
+    assert t._schedule_length() == 50
+    t.cfg.steps, t.train_seconds = 1000, 120.0  # past the time already: the schedule ends here
+    assert t._schedule_length() == 11
