@@ -15,7 +15,7 @@ export MUJOCO_GL ?= egl
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: venv demo test test-slow lint format bench clean
+.PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,17 @@ format: venv
 
 bench: venv
 	$(PY) benchmarks/speed.py --preset sim-small --out benchmarks/results/speed.json
+
+# Issue 20's policy table: ours vs LeRobot ACT vs Diffusion Policy at equal data, budget and seeds.
+# The smoke variant (a random VAE, 3 episodes) shows the harness runs; the full one needs a VAE
+# folder (VAE=...; benchmarks/recipes/vae_suite.sh trains one) and takes hours (benchmarks/README.md).
+BENCH_OUT ?= runs/bench-policies
+bench-policies-smoke: venv
+	$(VENV)/bin/cosmos3-robot benchmark policies --variant smoke --out $(BENCH_OUT)-smoke --no-progress
+
+bench-policies: venv
+	@test -n "$(VAE)" || { echo "error: give the frozen VAE: make bench-policies VAE=DIR (the vae/ folder of train-vae)" >&2; exit 2; }
+	$(VENV)/bin/cosmos3-robot benchmark policies --variant full --vae $(VAE) --out $(BENCH_OUT) --no-progress
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -38,6 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cosmos3_robot.scripts.train_baseline:main",
         "train LeRobot's ACT or Diffusion Policy for a step or time budget",
     ),
+    "benchmark": (
+        "cosmos3_robot.scripts.benchmark:main",
+        "our policy against LeRobot's ACT and Diffusion Policy, one table per command",
+    ),
     "train-probe": (
         "cosmos3_robot.scripts.train_probe:main",
         "teach a model to judge success in imagination",

@@ -62,6 +62,14 @@ class LeRobotPolicy:
         pre, post = make_pre_post_processors(cfg, pretrained_path=str(folder))
         return cls(policy, pre, post, image_size=int(image.shape[-1]))
 
+    def queued_actions(self) -> int:
+        """Actions LeRobot's policy has queued: ACT keeps `_action_queue`, Diffusion Policy
+        `_queues["action"]`; 0 (plan on the next call) for a policy without a queue."""
+        queue = getattr(self.policy, "_action_queue", None)
+        if queue is None:
+            queue = (getattr(self.policy, "_queues", None) or {}).get("action")
+        return 0 if queue is None else len(queue)
+
     def reset(self) -> None:
         self.policy.reset()
         self.chunks, self._step = [], 0
@@ -76,8 +84,7 @@ class LeRobotPolicy:
             if key == "observation.image":
                 value = value.permute(2, 0, 1).float() / 255.0
             batch[key] = value.float()[None]
-        queue = getattr(self.policy, "_action_queue", None)
-        planning = queue is None or len(queue) == 0
+        planning = self.queued_actions() == 0
         t0 = time.perf_counter()
         action = self.post(self.policy.select_action(self.pre(batch)))
         if planning:

@@ -40,7 +40,7 @@ class BaselineConfig:
     steps: int | None = None  # a step budget; None = only the time budget
     minutes: float | None = None  # a wall-clock budget (training steps only, not loading or saving)
     batch_size: int = 8
-    chunk: int = 10  # ACT: chunk_size; Diffusion: horizon (rounded up to a multiple of 4)
+    chunk: int = 10  # ACT: chunk_size; Diffusion: horizon (rounded up to what its U-Net divides)
     execute: int = 5  # n_action_steps: actions executed per chunk before re-planning
     seed: int = 0
     save_every: int = 200
@@ -81,7 +81,9 @@ def policy_config(cfg: BaselineConfig, meta):
         return ACTConfig(**common, chunk_size=cfg.chunk, n_action_steps=cfg.execute)
     from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 
-    horizon = 4 * math.ceil(max(cfg.chunk, cfg.execute + 1) / 4)  # its U-Net halves the horizon twice
+    # Its U-Net halves the horizon once per entry of down_dims.
+    factor = 2 ** len(DiffusionConfig.__dataclass_fields__["down_dims"].default)
+    horizon = factor * math.ceil(max(cfg.chunk, cfg.execute + 1) / factor)
     size = int(inputs["observation.image"].shape[-1])
     return DiffusionConfig(**common, horizon=horizon, n_action_steps=cfg.execute, crop_shape=(size, size),
                            crop_is_random=False, num_inference_steps=10)  # fmt: skip

@@ -28,6 +28,38 @@ def test_act_trains_saves_a_rollout_checkpoint_and_resumes(tiny_world, tmp_path)
     obs = {"pixels": np.zeros((32, 32, 3), np.uint8), "agent_pos": np.zeros(4, np.float32)}
     action = policy.act(obs, "move the fingertip to the red target")
     assert action.shape == (2,) and np.isfinite(action).all()
+    for _ in range(3):
+        policy.act(obs, "move the fingertip to the red target")
+    assert [c.step for c in policy.chunks] == [0, 2]  # a latency per plan, not per queued action
+
+
+def test_diffusion_policy_latency_is_counted_per_plan():
+    """Diffusion Policy queues its actions in `_queues["action"]` (ACT: `_action_queue`)."""
+    from collections import deque
+
+    import torch
+
+    from cosmos3_robot.policies.lerobot import LeRobotPolicy
+
+    class QueuedLikeDiffusion:
+        config = type("C", (), {"input_features": {"observation.state": None}})()
+
+        def __init__(self):
+            self._queues = {"action": deque()}
+
+        def reset(self):
+            self._queues["action"].clear()
+
+        def select_action(self, batch):
+            if not self._queues["action"]:
+                self._queues["action"].extend(torch.zeros(1, 2) + i for i in range(3))
+            return self._queues["action"].popleft()
+
+    policy = LeRobotPolicy(QueuedLikeDiffusion(), lambda b: b, lambda a: a, image_size=32)
+    policy.reset()
+    for _ in range(7):
+        policy.act({"agent_pos": np.zeros(4, np.float32)}, "reach")
+    assert [c.step for c in policy.chunks] == [0, 3, 6]
 
 
 @pytest.mark.parametrize(

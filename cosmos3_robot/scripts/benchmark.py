@@ -1,0 +1,274 @@
+"""`cosmos3-robot benchmark policies`: our policy against LeRobot's ACT and Diffusion Policy on the same
+demonstrations, the same wall-clock training budget and the same held-out seeds.
+
+    cosmos3-robot benchmark policies --variant smoke --out runs/bench-smoke          (about 8 minutes)
+    cosmos3-robot benchmark policies --variant full --out runs/bench --vae VAE_DIR  (see benchmarks/README.md)
+
+For every task: `record` the scripted expert with injected noise (env seeds 0 .. demos-1), train each
+arm on that dataset for --minutes of training steps (ours: `train` with `minutes=`; ACT / Diffusion
+Policy: `train-baseline --minutes`), then `rollout` every arm on the same --episodes env seeds
+10000, 10001, ... (disjoint from the demonstrations). Ours reads the camera and the proprioceptive
+state, as the baselines do; every arm executes --execute actions of each chunk before re-planning.
+
+Writes into --out:
+  results.json         per task and arm: success with a Wilson 95 % interval, control latency p50/p95
+                       per chunk, training steps and seconds; the variant, seeds and commit
+  table.md             the same as a Markdown table
+  TASK/data            the demonstrations (a LeRobot dataset; or --dataset ENV=ROOT's own)
+  TASK/ARM/            the arm's training run; TASK/ARM/rollout/results.json has every episode
+Every stage resumes: the same command continues where a stopped run left off, and a larger
+--episodes extends the rollouts. Our arm needs a frozen video VAE: --vae (a `train-vae` folder), or
+in the smoke variant a seeded random one (its figures show that the harness runs, nothing more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.scripts.common import HelpFormatter, add_threads_option, apply_threads, claim_output
+
+ARMS = ("ours", "act", "diffusion")
+EVAL_SEED = 10_000  # rollouts use env seeds EVAL_SEED + e; demonstrations use 0 .. demos - 1
+MIN_MINUTES = 0.25  # below this no arm gets through its first steps (a sim-small step is ~0.5 s)
+
+
+@dataclasses.dataclass
+class Variant:
+    tasks: list[str]
+    demos: int  # demonstrations recorded per task
+    episodes: int  # held-out rollouts per task and arm
+    minutes: float  # training budget per task and arm
+    image_size: int
+    model: str  # our model preset
+    latent_channels: int | None  # the frozen VAE's, when not the preset's
+    batch_size: int
+    execute: int = 5
+    chunk: int = 10  # actions per chunk (1 s at 10 Hz)
+    noise: float = 0.1
+
+
+VARIANTS = {
+    "smoke": Variant(["cosmos3_robot/Reach-v0"], demos=8, episodes=3, minutes=0.75, image_size=64,
+                     model="tiny", latent_channels=None, batch_size=8),
+    "full": Variant(["cosmos3_robot/Reach-v0", "cosmos3_robot/Push-v0"], demos=150, episodes=50, minutes=15.0,
+                    image_size=128, model="sim-small", latent_channels=48, batch_size=16, noise=0.2),
+}  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cosmos3-robot benchmark", description=__doc__, formatter_class=HelpFormatter
+    )
+    p.add_argument("table", choices=["policies"], help="which table to produce")
+    p.add_argument(
+        "--variant", choices=sorted(VARIANTS), default="smoke", help="a preset of the settings below"
+    )
+    p.add_argument("--out", type=Path, required=True, help="output folder (resumed when it holds this run)")
+    p.add_argument(
+        "--vae", type=Path, default=None, help="frozen VAE folder for our arm (`train-vae`'s vae/)"
+    )
+    p.add_argument("--tasks", nargs="+", default=None, help="env ids (default: the variant's)")
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="policies to compare")
+    p.add_argument("--demos", type=int, default=None, help="demonstrations per task (default: the variant's)")
+    p.add_argument("--episodes", type=int, default=None, help="held-out rollouts per task and arm")
+    p.add_argument("--minutes", type=float, default=None, help="training budget per task and arm")
+    p.add_argument(
+        "--dataset", action="append", default=[], metavar="ENV=ROOT",
+        help="use this LeRobot dataset for ENV instead of recording one (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_threads_option(p)
+    return p
+
+
+def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
+    """The variant with the command line's overrides, and the datasets given; bad input refused here."""
+    import gymnasium as gym
+
+    from cosmos3_robot.envs import ALL_ENV_IDS
+
+    v = dataclasses.replace(VARIANTS[args.variant])
+    for name in ("tasks", "demos", "episodes", "minutes"):
+        if getattr(args, name) is not None:
+            setattr(v, name, getattr(args, name))
+    for task in v.tasks:
+        if task not in gym.registry:
+            raise ValueError(f"unknown task {task!r}; known: {', '.join(ALL_ENV_IDS)}")
+    if v.demos < 2 or v.episodes < 1:
+        raise ValueError(f"--demos must be >= 2 and --episodes >= 1, got {v.demos} and {v.episodes}")
+    if not (math.isfinite(v.minutes) and v.minutes >= MIN_MINUTES):
+        raise ValueError(
+            f"--minutes {v.minutes} is too small to train anything (a sim-small step takes about 0.5 s, an "
+            f"ACT step about 0.9 s on 2 cores); give at least {MIN_MINUTES}"
+        )
+    if "ours" in args.arms and args.vae is None and args.variant != "smoke":
+        raise ValueError(
+            "our arm needs a frozen video VAE: --vae FOLDER (the vae/ folder of `cosmos3-robot train-vae`); "
+            "only --variant smoke runs on a random one"
+        )
+    if args.vae is not None and not (args.vae / "config.json").is_file():
+        raise FileNotFoundError(
+            f"--vae {args.vae}: no VAE there (expected the vae/ folder `train-vae` writes)"
+        )
+    datasets = {}
+    for item in args.dataset:
+        env, sep, root = item.partition("=")
+        if not sep or env not in v.tasks:
+            raise ValueError(f"--dataset {item!r}: give ENV=ROOT with ENV one of the tasks {v.tasks}")
+        datasets[env] = Path(root)
+    return v, datasets
+
+
+def check_fits_env(root: Path, env_id: str, image_size: int) -> int:
+    """The dataset's state width, after checking that its actions and frames fit the env."""
+    from cosmos3_robot.datasets import open_lerobot_metadata
+    from cosmos3_robot.envs import make_env
+
+    meta = open_lerobot_metadata(None, root)
+    env = make_env(env_id)
+    want = tuple(env.action_space.shape)
+    env.close()
+    for key in ("action", "observation.state", "observation.image"):
+        if key not in meta.features:
+            raise ValueError(
+                f"dataset {root} has no {key!r}; the benchmark trains on camera, state and action"
+            )
+    got = tuple(meta.features["action"]["shape"])
+    if got != want:
+        raise ValueError(
+            f"dataset {root}: actions are {got[0] if got else got} wide but {env_id} takes {want[0]}-wide actions; "
+            f"give a dataset recorded in {env_id} (or leave --dataset out and let the benchmark record one)"
+        )
+    shape = meta.features["observation.image"]["shape"]
+    if image_size not in shape:
+        raise ValueError(f"dataset {root}: frames are {shape}, the variant trains on {image_size} px frames")
+    return int(math.prod(meta.features["observation.state"]["shape"]))
+
+
+def slug(task: str) -> str:
+    return task.split("/")[-1].lower()
+
+
+def train_ours(
+    v: Variant, data: Path, out: Path, vae: Path | None, state_dim: int, cache: Path, progress: bool
+) -> dict:
+    from cosmos3_robot.scripts.train import compose, train
+
+    overrides = [
+        f"model={v.model}", f"model.state_dim={state_dim}", f"minutes={v.minutes}", "seed=0", f"out={out}",
+        # `minutes` stops the run and sets the schedule's length; `steps` is only a ceiling.
+        "steps=1000000", "data.source=lerobot", f"data.root={data}",
+        f"data.batch_size={v.batch_size}", "+data.options.num_frames=5", f"+data.options.num_actions={v.chunk}",
+        "+data.options.pad=true", f"+data.options.latent_cache={cache}", "+data.options.val_fraction=0.1",
+        "optim.lr=1e-3", "optim.warmup_steps=50", "checkpoint.every=200", "val_every=0", f"progress={progress}",
+    ]  # fmt: skip
+    if v.latent_channels is not None:
+        overrides.append(f"model.latent_channels={v.latent_channels}")
+    overrides.append(f"+data.options.vae={vae}" if vae is not None else "+data.options.vae_preset=tiny")
+    summary = train(compose(overrides))
+    return {"train_seconds": summary["train_seconds"], "steps": summary["step"]}
+
+
+def train_lerobot(kind: str, v: Variant, data: Path, out: Path, progress: bool) -> dict:
+    from cosmos3_robot.training.lerobot_baseline import BaselineConfig, train_baseline
+
+    cfg = BaselineConfig(kind=kind, root=str(data), out=str(out), minutes=v.minutes, batch_size=8,
+                         chunk=v.chunk, execute=v.execute, seed=0)  # fmt: skip
+    summary = train_baseline(cfg, progress=progress)
+    return {"train_seconds": summary["train_seconds"], "steps": summary["step"]}
+
+
+def rollout(arm: str, task: str, v: Variant, run: Path, progress: bool) -> dict:
+    from cosmos3_robot.scripts import rollout as rollout_script
+
+    who = ["--model", str(run / "model")] if arm == "ours" else ["--policy", f"lerobot:{run / 'model'}"]
+    argv = [*who, "--env", task, "--episodes", str(v.episodes), "--seed", str(EVAL_SEED),
+            "--execute", str(v.execute), "--steps", "10", "--out", str(run / "rollout"), "--no-video"]  # fmt: skip
+    if not progress:
+        argv.append("--no-progress")
+    rollout_script.main(argv)
+    return json.loads((run / "rollout" / "results.json").read_text())
+
+
+def row(task: str, arm: str, train: dict, res: dict) -> dict:
+    lat = res["latency_per_chunk"]
+    return {
+        "task": task, "arm": arm, "episodes": res["episodes"], "successes": res["successes"],
+        "success_rate": res["success_rate"], "wilson95": res["wilson95"],
+        "latency_p50_ms": lat["p50_ms"], "latency_p95_ms": lat["p95_ms"],
+        "train_steps": train.get("steps"), "train_seconds": train.get("train_seconds"),
+        "eval_seeds": [EVAL_SEED, EVAL_SEED + res["episodes"] - 1],
+    }  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| task | policy | success | Wilson 95 % | latency p50 / p95 (ms) | training steps / minutes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lo, hi = r["wilson95"]
+        lat = (
+            "n/a" if r["latency_p50_ms"] is None else f"{r['latency_p50_ms']:.0f} / {r['latency_p95_ms']:.0f}"
+        )
+        mins = "n/a" if r["train_seconds"] is None else f"{r['train_seconds'] / 60:.1f}"
+        lines.append(
+            f"| {r['task']} | {r['arm']} | {r['successes']}/{r['episodes']} = {r['success_rate']:.0%} | "
+            f"{lo:.0%}-{hi:.0%} | {lat} | {r['train_steps']} / {mins} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from cosmos3_robot.files import exclusive_lock
+
+    v, datasets = resolve(args)  # refuse bad input before any work
+    for task, root in datasets.items():
+        check_fits_env(root, task, v.image_size)
+    with exclusive_lock(args.out, "benchmark"):
+        return run_benchmark(args, v, datasets)
+
+
+def run_benchmark(args: argparse.Namespace, v: Variant, datasets: dict[str, Path]) -> int:
+    from cosmos3_robot.envs.record import record_dataset
+
+    apply_threads(args.threads)
+    progress = not args.no_progress
+    config = {"table": args.table, "variant": dataclasses.asdict(v) | {"episodes": None}, "arms": args.arms,
+              "vae": None if args.vae is None else str(args.vae.resolve()),
+              "datasets": {k: str(p.resolve()) for k, p in datasets.items()}}  # fmt: skip
+    prov = claim_output(args.out, f"benchmark {args.table}", config)
+    rows: list[dict] = []
+    for task in v.tasks:
+        folder = args.out / slug(task)
+        data = datasets.get(task)
+        if data is None:
+            data = folder / "data"
+            print(f"[{task}] recording {v.demos} demonstrations (noise {v.noise}) ...", flush=True)
+            record_dataset(
+                task, data, v.demos, noise=v.noise, seed=0, image_size=v.image_size, progress=progress
+            )
+        state_dim = check_fits_env(data, task, v.image_size)
+        for arm in args.arms:
+            run = folder / arm
+            print(f"[{task}] {arm}: training for {v.minutes} min ...", flush=True)
+            if arm == "ours":
+                train = train_ours(v, data, run, args.vae, state_dim, args.out / "latents", progress)
+            else:
+                train = train_lerobot(arm, v, data, run, progress)
+            print(f"[{task}] {arm}: {v.episodes} held-out episodes ...", flush=True)
+            rows.append(row(task, arm, train, rollout(arm, task, v, run, progress)))
+            write_json_atomic(
+                args.out / "results.json", {**prov, "variant": dataclasses.asdict(v), "rows": rows}
+            )
+    text = table(rows)
+    (args.out / "table.md").write_text(text)
+    print(text, end="")
+    print(f"results: {args.out / 'results.json'}")
+    return 0

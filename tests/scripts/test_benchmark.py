@@ -1,0 +1,76 @@
+"""`cosmos3-robot benchmark policies`: bad input refused before any work; the smoke table end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cosmos3_robot.cli import main
+from tests._data_fixtures import record_small
+
+
+def error_line(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--tasks", "cosmos3_robot/MetaWorld-nope-v3"],
+            "unknown task 'cosmos3_robot/MetaWorld-nope-v3'; known:",
+        ),
+        (["--minutes", "0.01"], "--minutes 0.01 is too small to train anything"),
+        (["--variant", "full"], "our arm needs a frozen video VAE: --vae FOLDER"),
+        (["--dataset", "reach"], "--dataset 'reach': give ENV=ROOT with ENV one of the tasks"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work(tmp_path, capsys, argv, message):
+    out = tmp_path / "bench"
+    assert main(["benchmark", "policies", "--out", str(out), *argv]) == 2
+    assert message in error_line(capsys)
+    assert not out.exists()
+
+
+def test_a_dataset_of_another_action_width_is_refused(tmp_path, capsys):
+    """Our Reach's actions are 2 wide; Meta-World's are 4 wide."""
+    reach = record_small(tmp_path / "reach", episodes=2).root
+    task = "cosmos3_robot/MetaWorld-reach-v3"
+    argv = [
+        "benchmark",
+        "policies",
+        "--out",
+        str(tmp_path / "b"),
+        "--tasks",
+        task,
+        "--dataset",
+        f"{task}={reach}",
+    ]
+    assert main(argv) == 2
+    assert f"dataset {reach}: actions are 2 wide but {task} takes 4-wide actions" in error_line(capsys)
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_smoke_table_end_to_end_and_resumed(tmp_path, capsys):
+    """All three arms on 2 recorded demonstrations, the shortest budget, 1 held-out episode each:
+    a table row per arm, per-episode JSON, and a re-run that trains nothing more."""
+    out = tmp_path / "bench"
+    argv = ["benchmark", "policies", "--out", str(out), "--demos", "2", "--episodes", "1", "--minutes", "0.25",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert [r["arm"] for r in res["rows"]] == ["ours", "act", "diffusion"]
+    for r in res["rows"]:
+        assert r["episodes"] == 1 and r["eval_seeds"] == [10_000, 10_000]
+        assert r["train_steps"] >= 1 and 15 <= r["train_seconds"] < 60
+        episodes = json.loads((out / "reach-v0" / r["arm"] / "rollout" / "results.json").read_text())
+        assert episodes["episodes_detail"][0]["seed"] == 10_000
+    assert "| cosmos3_robot/Reach-v0 | act |" in (out / "table.md").read_text()
+    steps = [r["train_steps"] for r in res["rows"]]
+    capsys.readouterr()
+    assert main([*argv[:-5], "--episodes", "2", "--minutes", "0.25", "--no-progress"]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert [r["train_steps"] for r in again["rows"]] == steps  # the budget was spent: nothing retrained
+    assert [r["episodes"] for r in again["rows"]] == [2, 2, 2]
