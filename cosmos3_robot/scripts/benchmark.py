@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--dataset", action="append", default=[], metavar="ENV=ROOT",
         help="use this LeRobot dataset for ENV instead of recording one (repeatable)",
     )  # fmt: skip
+    p.add_argument(
+        "--latent-cache", type=Path, default=None,
+        help="where our arm keeps the VAE latents of each dataset; shareable between runs (default: OUT/latents)",
+    )  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_threads_option(p)
     return p
@@ -259,7 +263,8 @@ def run_benchmark(args: argparse.Namespace, v: Variant, datasets: dict[str, Path
             run = folder / arm
             print(f"[{task}] {arm}: training for {v.minutes} min ...", flush=True)
             if arm == "ours":
-                train = train_ours(v, data, run, args.vae, state_dim, args.out / "latents", progress)
+                cache = args.latent_cache or args.out / "latents"
+                train = train_ours(v, data, run, args.vae, state_dim, cache, progress)
             else:
                 train = train_lerobot(arm, v, data, run, progress)
             print(f"[{task}] {arm}: {v.episodes} held-out episodes ...", flush=True)
