@@ -4,7 +4,8 @@
         --seed 10000 --out runs/reach/rollout
 
 Reads: a model folder written by `cosmos3-robot train` (weights + data_state.json + its VAE), or a
-LeRobot policy checkpoint (`--policy lerobot:DIR`: ACT, Diffusion Policy; see policies/lerobot.py).
+LeRobot policy checkpoint (`--policy lerobot:DIR`: ACT, Diffusion Policy; see policies/lerobot.py),
+or a reference floor (`--policy random` / `zero`; see policies/reference.py).
 Writes into --out:
   results.json             success rate with a Wilson 95 % interval; per episode seed, success,
                            steps, return, re-plans and the imagined-vs-realised PSNR per re-plan;
@@ -42,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--model", type=Path, help="model folder written by `cosmos3-robot train`")
-    who.add_argument("--policy", help="a LeRobot policy checkpoint, as lerobot:DIR")
+    who.add_argument(
+        "--policy",
+        help="a LeRobot policy checkpoint, as lerobot:DIR; or random (uniform actions) / zero (no motion): "
+        "the floor a learned policy must clear",
+    )
     p.add_argument("--env", required=True, help="registered env id, e.g. cosmos3_robot/Reach-v0")
     p.add_argument("--episodes", type=int, default=50, help="episodes to run (default: %(default)s)")
     p.add_argument(
@@ -85,13 +90,23 @@ def make_policy(args: argparse.Namespace):
     """(policy, image size, control rate) for --model or --policy."""
     from cosmos3_robot.policies.runners import SamplingConfig
 
+    if args.policy in ("random", "zero"):
+        from cosmos3_robot.envs import make_env
+        from cosmos3_robot.policies.reference import RandomPolicy, ZeroPolicy
+
+        env = make_env(args.env)
+        width = int(np.prod(env.action_space.shape))
+        env.close()
+        policy = RandomPolicy(width) if args.policy == "random" else ZeroPolicy(width)
+        return policy, args.image_size or 128, None
     if args.policy is not None:
         from cosmos3_robot.policies.lerobot import LeRobotPolicy
 
         kind, _, folder = args.policy.partition(":")
         if kind != "lerobot" or not folder:
             raise ValueError(
-                f"--policy {args.policy!r}: give lerobot:DIR (a LeRobot policy checkpoint folder)"
+                f"--policy {args.policy!r}: give lerobot:DIR (a LeRobot policy checkpoint folder), or random / "
+                "zero for the no-learning floor"
             )
         policy = LeRobotPolicy.from_folder(folder)
         return policy, args.image_size or policy.image_size, None
