@@ -199,7 +199,12 @@ def evaluate_world(
             world, clips, latents, truth_future, last_obs, fut, sampling, seed
         )
         mean = np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64)
-        true = clips.actions.numpy()
-        result["inverse_dynamics"] = action_errors(inverse(world, clips, latents, sampling), true, mean)
-        result["round_trip"] = action_errors(inverse(world, clips, z_pred, sampling), true, mean)
+        true, seen = clips.actions.numpy(), g.visible_actions
+        labels, round_trip = inverse(world, clips, latents, sampling), inverse(world, clips, z_pred, sampling)
+        # Inverse dynamics is scored on the actions the clip's frames show; the rest are reported apart.
+        result["visible_actions"] = seen
+        result["inverse_dynamics"] = action_errors(labels[:, :seen], true[:, :seen], mean)
+        result["round_trip"] = action_errors(round_trip[:, :seen], true[:, :seen], mean)
+        if seen < true.shape[1]:
+            result["inverse_dynamics_unseen_actions"] = action_errors(labels[:, seen:], true[:, seen:], mean)
     return result, pred_clips

@@ -6,9 +6,11 @@
     labels[0].confidence     # (T,) in (0, 1]
 
 A window is one training clip: `num_frames` frames `frame_step` apart, whose `num_actions` actions
-(one every `action_step` frames from the window's first frame) the model samples. Windows start every
-`stride` frames; the last one is placed so that the episode's last frame gets an action (frames past
-the end are the last frame repeated). Each frame's label is the mean over every window and sample
+(one every `action_step` frames from the window's first frame) the model samples. Only the actions
+the window's frames show are labels (`ClipGeometry.visible_actions`: an action shows in the frames
+after it); a model trained on 1 s chunks of a 0.4 s clip also samples the later ones, which no frame
+of the window supports. Windows start every `stride` frames; the last one is placed so that the
+episode's last frame gets a label (frames past the end are the last frame repeated). Each frame's label is the mean over every window and sample
 that predicts it (temporal ensembling with equal weights); frames between action samples hold the
 previous one. Windows of all episodes are batched together.
 
@@ -42,7 +44,18 @@ class EpisodeLabeller:
         g = world.geometry
         self.world, self.g = world, g
         self.span = (g.num_frames - 1) * g.frame_step + 1  # dataset frames one window covers
-        self.stride = stride or max(1, g.num_actions * g.action_step // 2)
+        # Only the actions a window's frames show are labels (ClipGeometry.visible_actions).
+        self.seen = g.visible_actions
+        if self.seen < 1:
+            raise ValueError(
+                f"the model's clips ({g.num_frames} frames) show none of its actions; it cannot label"
+            )
+        self.stride = stride or max(1, self.seen * g.action_step // 2)
+        if self.stride > self.seen * g.action_step:
+            raise ValueError(
+                f"stride {self.stride} skips frames: a window labels {self.seen * g.action_step} frames "
+                f"(the actions its {g.num_frames} frames show); use a stride <= {self.seen * g.action_step}"
+            )
         if self.stride < 1 or samples < 1 or batch < 1:
             raise ValueError(f"stride, samples and batch must be >= 1, got {self.stride}, {samples}, {batch}")
         self.samples, self.batch = samples, batch
@@ -51,9 +64,9 @@ class EpisodeLabeller:
         self.action_std = np.maximum(np.asarray(stats.std, dtype=np.float64), 1e-6)
 
     def starts(self, length: int) -> list[int]:
-        """Window starts of an episode of `length` frames; the last window's last action lands on the
-        last frame (or later, for episodes shorter than one window's actions)."""
-        reach = (self.g.num_actions - 1) * self.g.action_step  # first..last action of a window
+        """Window starts of an episode of `length` frames; the last window's last label lands on the
+        last frame (or later, for episodes shorter than one window's labels)."""
+        reach = (self.seen - 1) * self.g.action_step  # first..last label of a window
         last = max(0, length - 1 - reach)
         out = list(range(0, last + 1, self.stride))
         if out[-1] != last:
@@ -89,7 +102,7 @@ class EpisodeLabeller:
             part = jobs[i : i + self.batch]
             pred = self._predict([self._window(episodes[e], s) for e, s in part], [tasks[e] for e, _ in part])
             for b, (e, s) in enumerate(part):
-                for j in range(self.g.num_actions):
+                for j in range(self.seen):
                     t = s + j * self.g.action_step
                     if t < len(episodes[e]):
                         sums[e][t] += pred[:, b, j].sum(0)

@@ -99,6 +99,14 @@ class ClipGeometry:
         """(Na,) seconds of each action from the clip start."""
         return (torch.arange(self.num_actions, dtype=torch.float64) * self.action_step / self.fps).float()
 
+    @property
+    def visible_actions(self) -> int:
+        """How many of the clip's actions (from the first) its video shows: action j, taken at dataset
+        frame j * action_step, shows from the next frame on, so only if that frame is in the clip
+        (j * action_step < (num_frames - 1) * frame_step). Inverse dynamics can recover these only."""
+        span = (self.num_frames - 1) * self.frame_step
+        return min(self.num_actions, -(-span // self.action_step))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

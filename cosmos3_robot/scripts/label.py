@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--resize", action="store_true", help="resize square frames of another size to the model's"
     )
     p.add_argument(
-        "--stride", type=int, default=None, help="frames between window starts (default: half a chunk)"
+        "--stride",
+        type=int,
+        default=None,
+        help="frames between window starts (default: half the actions a window's frames show)",
     )
     p.add_argument(
         "--samples", type=int, default=2, help="inverse-dynamics samples per window (default: %(default)s)"

@@ -100,6 +100,10 @@ class TaskHead:
         """{modality: (B, T) for video frames / (B, N) for audio and action tokens} bool."""
         raise NotImplementedError
 
+    def loss_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
+        """{modality: (B, N) bool}: generated tokens that carry loss, beyond `valid` (default: all)."""
+        return {}
+
     def check(self, batch: ClipBatch) -> None:
         missing = [m for m in self.needs if not batch.has(m)]
         if missing:
@@ -213,6 +217,8 @@ class TaskHead:
         pred = model.denoise(cache, gen)
         noisy = {n: s.noisy for n, s in gen.items()}
         valid = {n: s.valid for n, s in gen.items()}
+        for n, keep in self.loss_masks(batch).items():
+            valid[n] = keep if valid.get(n) is None else valid[n] & keep
         cmask = {"action": batch.action_mask} if batch.action_mask is not None else None
         # A mode may generate nothing in a batch (e.g. a clip with no future frame): zero loss.
         if not any(bool(v.any()) for v in noisy.values()):

@@ -30,6 +30,16 @@ class InverseDynamics(TaskHead):
     def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
         return {"action": torch.ones_like(batch.action_time, dtype=torch.bool)}
 
+    def loss_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
+        """Only actions a valid frame shows carry loss: one taken at time t shows in the frames after
+        t, so in a latent frame stamped later than t (a latent's time is its last frame's). The others
+        are still generated (as labelling generates them) but not learned: the clip cannot tell them."""
+        times = batch.video_time
+        if batch.video_valid is not None:
+            times = times.masked_fill(~batch.video_valid, float("-inf"))
+        last = times.amax(dim=1, keepdim=True)  # (B, 1): the last valid latent frame's time
+        return {"action": batch.action_time < last - 1e-6}
+
 
 class Policy(TaskHead):
     """Observed frames (+ the instruction in the Reasoner) → actions and future frames, each with its own σ."""

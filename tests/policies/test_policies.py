@@ -157,3 +157,31 @@ def test_temporal_ensembling_averages_the_live_chunks_oldest_first(world):
     assert runner.plans == [] and runner.t == 0
     with pytest.raises(ValueError, match="ensemble=-1"):
         PolicyRunner(wm, ensemble=-1)
+
+
+def test_the_labeller_keeps_only_the_actions_a_window_shows():
+    """A 5-frame window shows its first 4 actions of 10: with predictions equal to their offset in the
+    window, no label comes from offsets 4..9, and every frame gets one."""
+    from types import SimpleNamespace
+
+    from cosmos3_robot.policies.labelling import EpisodeLabeller
+    from cosmos3_robot.processors.geometry import ClipGeometry
+
+    g = ClipGeometry(fps=10.0, num_frames=5, frame_step=1, num_actions=10, action_step=1, obs_frames=1,
+                     image_size=32)  # fmt: skip
+    stats = {"action": SimpleNamespace(std=[1.0, 1.0])}
+    world = SimpleNamespace(geometry=g, actions=SimpleNamespace(normalizer=SimpleNamespace(stats=stats),
+                                                                key="action", dim=2))  # fmt: skip
+    labeller = EpisodeLabeller(world, samples=1)
+    assert labeller.seen == 4 and labeller.stride == 2
+    assert labeller.starts(12) == [0, 2, 4, 6, 8]  # the last window's 4th label lands on frame 11
+
+    def offsets(windows, tasks):  # (K, B, Na, A): prediction = the action's offset in its window
+        return np.broadcast_to(np.arange(10.0)[None, None, :, None], (1, len(windows), 10, 2)).copy()
+
+    labeller._predict = offsets
+    (labels,) = labeller.label([np.zeros((12, 32, 32, 3), np.uint8)], ["reach"])
+    assert labels.actions.max() <= 3 and labels.actions.shape == (12, 2)
+    np.testing.assert_allclose(labels.actions[:, 0], [0, 1, 1, 2, 1, 2, 1, 2, 1, 2, 2, 3])
+    with pytest.raises(ValueError, match="stride 5 skips frames: a window labels 4 frames"):
+        EpisodeLabeller(world, stride=5)

@@ -183,7 +183,41 @@ def test_tiny_overfits_a_handful_of_clips(mode):
         pred, true = out[name], getattr(batch, name)
         if name == "video":  # (B, C, T, H, W): the generated frames
             pred, true = pred[:, :, noisy[0]], true[:, :, noisy[0]]
+        learned = head.loss_masks(batch).get(name)  # inverse dynamics: the actions its frames show
+        if learned is not None:
+            pred, true = pred[:, learned[0]], true[:, learned[0]]
         err = torch.cdist(pred.flatten(1), true.flatten(1)).square() / pred[0].numel()  # (sample i, clip j)
         own, other = err.diagonal(), err + torch.diag(torch.full((3,), float("inf")))
         # measured for forward and inverse dynamics: own ≤ 0.13, other ≥ 1.35
         assert torch.all(own < 0.2 * other.min(1).values), (mode, name, err)
+
+
+def test_inverse_dynamics_learns_only_the_actions_its_frames_show(monkeypatch):
+    """An action at time t shows in the frames after t: with latent frames at 0 / 0.4 s only the
+    actions at 0.0-0.3 s carry loss; a third latent at 0.8 s shows all 8; a padded one shows none."""
+    import cosmos3_robot.tasks.base as base
+
+    seen, real = {}, base.flow_loss
+
+    def spy(pred, target, noisy, valid, weights, cmask):
+        seen["valid"] = valid["action"].clone()
+        return real(pred, target, noisy, valid, weights, cmask)
+
+    monkeypatch.setattr(base, "flow_loss", spy)
+    model, head = tiny(), make_task("inverse_dynamics")
+
+    def loss_mask(batch):
+        with torch.no_grad():
+            cache = model.reason(batch.input_ids, lengths=batch.lengths, logits=False).cache
+            head.loss(model, batch, cache, SigmaSampler(), torch.Generator().manual_seed(0))
+        return seen["valid"]
+
+    two = make_batch(frames=2)
+    assert loss_mask(two).tolist() == [[True] * 4 + [False] * 4] * 3
+    three = make_batch(frames=3)
+    three.action_valid[0, 7] = False  # padding still carries no loss
+    assert loss_mask(three).tolist() == [[True] * 7 + [False]] + [[True] * 8] * 2
+    three.video_valid[1, 2] = False  # the last latent is padding: back to 0.4 s
+    assert loss_mask(three)[1].tolist() == [True] * 4 + [False] * 4
+    # the policy learns every action (it predicts the future)
+    assert make_task("policy").loss_masks(two) == {}

@@ -15,6 +15,10 @@ Generator stage (one ClipBatch per step):
                     task text              ─► tokenizer                        ─► input_ids, lengths
     mp4 clips (action-free) ─► the same video path, action=None
 
+With a latent cache the LeRobot clip is read from the parquet table alone (`ClipDataset.without_video`:
+LeRobot's windows, no frame decoded) and its latents come from the cache, which holds every clip,
+the padded ones at episode ends included; only a clip the cache lacks is decoded and encoded.
+
 Reasoner stage (one TextBatch per step): a question about the scene at one frame, generated from
 `observation.environment_state` (datasets/text.py), answered in text; with a ViT the frame itself is
 shown first, as Qwen3-VL placeholders. Labels are next-token targets on the answer only.
