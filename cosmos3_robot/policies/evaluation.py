@@ -156,10 +156,16 @@ def controllability(world, clips, latents, truth_future, last_obs, fut, sampling
         "perturbed": a + 0.5 * std * torch.randn(a.shape, generator=g),
     }
     out = {}
+    obs = world.geometry.obs_frames
     for name, acts in variants.items():
-        pred = world.decode_latents(forward(world, clips, acts, latents, sampling))[:, fut]
+        z = forward(world, clips, acts, latents, sampling)
+        pred = world.decode_latents(z)[:, fut]
         out[name] = per_horizon(image_metrics(pred, truth_future, last_obs))
-    out["gap_true_minus"] = {
+        # In latent space too, so that a VAE that damps motion cannot hide whether actions are heard.
+        out[name]["latent_mse"] = [
+            latent_mse(z[:, :, k], latents[:, :, k]) for k in range(obs, latents.shape[2])
+        ]
+    out["gap_true_minus"] = {  # per metric and horizon (per future latent frame for latent_mse)
         v: {k: (np.array(out["true"][k]) - np.array(out[v][k])).tolist() for k in out["true"]}
         for v in ("shuffled", "zeroed", "perturbed")
     }

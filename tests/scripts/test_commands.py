@@ -75,6 +75,11 @@ def test_evaluate_writes_per_horizon_metrics_curves_and_clips(tiny_world, tmp_pa
         for metric in ("psnr", "ssim", "moving_psnr"):
             assert len(res[name][metric]) == 4 and np.isfinite(res[name][metric]).all()
     assert set(res["controllability"]) >= {"true", "shuffled", "zeroed", "perturbed", "gap_true_minus"}
+    ctrl = res["controllability"]
+    assert len(ctrl["true"]["latent_mse"]) == 1 and ctrl["true"]["latent_mse"] == res["latent_mse"]
+    assert ctrl["gap_true_minus"]["shuffled"]["latent_mse"][0] == pytest.approx(
+        ctrl["true"]["latent_mse"][0] - ctrl["shuffled"]["latent_mse"][0]
+    )
     assert {"mse", "r2", "mean_action_mse"} <= set(res["inverse_dynamics"]) and "round_trip" in res
     assert res["visible_actions"] == 4 and "inverse_dynamics_unseen_actions" not in res  # 5 frames show 4
     assert (out / "curves.png").stat().st_size > 0 and rrd_ok(out / "best.rrd") and rrd_ok(out / "worst.rrd")
