@@ -112,9 +112,20 @@ def wrap(module: nn.Module, strategy: str, info: DistInfo) -> nn.Module:
 
 
 def all_reduce_sum(x: Tensor, info: DistInfo) -> Tensor:
+    """The sum over ranks, on x's own device (NCCL reduces on the rank's device only)."""
     if info.enabled:
-        x = x.clone()
-        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+        y = x.to(info.device, copy=True)
+        dist.all_reduce(y, op=dist.ReduceOp.SUM)
+        x = y.to(x.device)
+    return x
+
+
+def broadcast_from_main(x: Tensor, info: DistInfo) -> Tensor:
+    """Rank 0's value of x on every rank, on x's own device."""
+    if info.enabled:
+        y = x.to(info.device, copy=True)
+        dist.broadcast(y, src=0)
+        x = y.to(x.device)
     return x
 
 

@@ -10,9 +10,9 @@ A window is one training clip: `num_frames` frames `frame_step` apart, whose `nu
 the window's frames show are labels (`ClipGeometry.visible_actions`: an action shows in the frames
 after it); a model trained on 1 s chunks of a 0.4 s clip also samples the later ones, which no frame
 of the window supports. Windows start every `stride` frames; the last one is placed so that the
-episode's last frame gets a label (frames past the end are the last frame repeated). Each frame's label is the mean over every window and sample
-that predicts it (temporal ensembling with equal weights); frames between action samples hold the
-previous one. Windows of all episodes are batched together.
+episode's last frame gets a label (frames past the end are the last frame repeated). Each frame's
+label is the mean over every window and sample that predicts it (temporal ensembling with equal
+weights); frames between action samples hold the previous one. Windows of all episodes are batched together.
 
 Confidence: 1 / (1 + s), s = the spread (std) of those predictions in units of the action's
 dataset std, averaged over dimensions: 1 when all windows and samples agree.

@@ -70,6 +70,11 @@ class LeRobotPolicy:
             queue = (getattr(self.policy, "_queues", None) or {}).get("action")
         return 0 if queue is None else len(queue)
 
+    def seed(self, seed: int) -> None:
+        """Diffusion Policy samples from torch's global generator: seeded by the episode's env seed,
+        a resumed rollout repeats the uninterrupted one."""
+        torch.manual_seed(seed)
+
     def reset(self) -> None:
         self.policy.reset()
         self.chunks, self._step = [], 0

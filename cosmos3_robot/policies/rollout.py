@@ -5,7 +5,8 @@
         print(ep.seed, ep.success, ep.steps)
 
 A policy is anything with `reset()`, `act(obs, task) -> action` and, optionally, `seed(env_seed)`
-(called after `reset()`) and `chunks`: what it planned at each re-plan (the step it planned at, the latency, and the future frames it imagined).
+(called after `reset()`) and `chunks`: what it planned at each re-plan (the step it planned at,
+the latency, and the future frames it imagined).
 `WorldModelPolicy` (our model) and `LeRobotPolicy` (a LeRobot checkpoint: ACT, Diffusion Policy)
 both fit, so baselines and our model are rolled out by the same code.
 """
@@ -97,7 +98,7 @@ class WorldModelPolicy:
 def run_episode(env, policy: Policy, seed: int) -> Episode:
     obs, info = env.reset(seed=seed)
     policy.reset()
-    if hasattr(policy, "seed"):  # a stochastic policy draws per episode from the env seed
+    if callable(getattr(policy, "seed", None)):  # a stochastic policy draws per episode from the env seed
         policy.seed(seed)
     task = env.unwrapped.task
     frames, actions = [obs["pixels"]], []

@@ -189,7 +189,8 @@ class InverseDynamicsLabeller:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def label_clip(self, frames: Tensor, task: str) -> np.ndarray:
-        """frames uint8 (T, H, W, 3) with T = the trained clip length -> actions (Na, A)."""
+        """frames uint8 (T, H, W, 3) with T = the trained clip length -> the actions the frames show
+        (ClipGeometry.visible_actions, A)."""
         g = self.world.geometry
         if frames.shape[0] != g.num_frames:
             raise ValueError(
@@ -198,7 +199,7 @@ class InverseDynamicsLabeller:
         latents = self.world.encode_frames(frames[None])
         batch = self.world.clip_batch([task], latents, obs_frames=g.latent_frames)
         out = sample_mode(self.world, "inverse_dynamics", batch, self.sampling)
-        return self.world.raw_actions(out["action"])[0]
+        return self.world.raw_actions(out["action"])[0, : g.visible_actions]
 
 
 @dataclass

@@ -115,10 +115,12 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
             "our arm needs a frozen video VAE: --vae FOLDER (the vae/ folder of `cosmos3-robot train-vae`); "
             "only --variant smoke runs on a random one"
         )
-    if args.vae is not None and not (args.vae / "config.json").is_file():
-        raise FileNotFoundError(
-            f"--vae {args.vae}: no VAE there (expected the vae/ folder `train-vae` writes)"
-        )
+    if args.vae is not None:
+        if not (args.vae / "config.json").is_file():
+            raise FileNotFoundError(
+                f"--vae {args.vae}: no VAE there (expected the vae/ folder `train-vae` writes)"
+            )
+        v.latent_channels = int(json.loads((args.vae / "config.json").read_text())["z_dim"])
     datasets = {}
     for item in args.dataset:
         env, sep, root = item.partition("=")
@@ -149,8 +151,13 @@ def check_fits_env(root: Path, env_id: str, image_size: int) -> int:
             f"give a dataset recorded in {env_id} (or leave --dataset out and let the benchmark record one)"
         )
     shape = meta.features["observation.image"]["shape"]
-    if image_size not in shape:
-        raise ValueError(f"dataset {root}: frames are {shape}, the variant trains on {image_size} px frames")
+    names = list(meta.features["observation.image"].get("names") or [])
+    hw = shape[1:3] if names[:1] == ["channels"] else shape[:2]
+    if list(hw) != [image_size, image_size]:
+        raise ValueError(
+            f"dataset {root}: frames are {hw[0]}x{hw[1]} px, the variant trains on {image_size} px; record "
+            f"the dataset at --image-size {image_size}"
+        )
     return int(math.prod(meta.features["observation.state"]["shape"]))
 
 
@@ -164,17 +171,22 @@ def train_ours(
     from cosmos3_robot.scripts.train import compose, train
 
     overrides = [
-        f"model={v.model}", f"model.state_dim={state_dim}", f"minutes={v.minutes}", "seed=0", f"out={out}",
+        f"model={v.model}", f"model.state_dim={state_dim}", f"minutes={v.minutes}", "seed=0",
         # `minutes` stops the run and sets the schedule's length; `steps` is only a ceiling.
-        "steps=1000000", "data.source=lerobot", f"data.root={data}",
-        f"data.batch_size={v.batch_size}", "+data.options.num_frames=5", f"+data.options.num_actions={v.chunk}",
-        "+data.options.pad=true", f"+data.options.latent_cache={cache}", "+data.options.val_fraction=0.1",
+        "steps=1000000", "data.source=lerobot", f"data.batch_size={v.batch_size}", "+data.options.num_frames=5",
+        f"+data.options.num_actions={v.chunk}", "+data.options.pad=true", "+data.options.val_fraction=0.1",
         "optim.lr=1e-3", "optim.warmup_steps=50", "checkpoint.every=200", "val_every=0", f"progress={progress}",
     ]  # fmt: skip
     if v.latent_channels is not None:
         overrides.append(f"model.latent_channels={v.latent_channels}")
-    overrides.append(f"+data.options.vae={vae}" if vae is not None else "+data.options.vae_preset=tiny")
-    summary = train(compose(overrides))
+    cfg = compose(overrides)
+    # Paths are set on the config, not written into overrides: Hydra's grammar would misread some.
+    cfg.out, cfg.data.root = str(out), str(data)
+    cfg.data.options["latent_cache"] = str(cache)
+    cfg.data.options.update({"vae": str(vae)} if vae is not None else {"vae_preset": "tiny"})
+    import yaml
+
+    summary = train(cfg, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return {"train_seconds": summary["train_seconds"], "steps": summary["step"]}
 
 

@@ -91,8 +91,9 @@ def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path
     z_true, z_pred = batch.video[:, :, obs:], fd["video"][:, :, obs:]
     others_mean = (z_true.sum(0, keepdim=True) - z_true) / (z_true.shape[0] - 1)
 
-    raw_true = torch.stack([s["action"] for s in samples]).numpy()
-    raw_pred = world.raw_actions(idm["action"])
+    seen = world.geometry.visible_actions  # inverse dynamics recovers the actions its frames show
+    raw_true = torch.stack([s["action"] for s in samples]).numpy()[:, :seen]
+    raw_pred = world.raw_actions(idm["action"])[:, :seen]
     mean_action = np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64)
     actions = action_errors(raw_pred, raw_true, mean_action)  # MSE over every action value; the baseline's
     if rrd is not None:

@@ -233,7 +233,7 @@ class TrainConfig:
         _choice(self, "precision", PRECISIONS)
         if self.steps < 1 or self.log_every < 1 or self.val_every < 0:
             raise ValueError("steps and log_every must be >= 1, val_every >= 0")
-        if self.minutes is not None and not self.minutes > 0:
+        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
             raise ValueError(f"minutes must be > 0 (or null for steps alone), got {self.minutes}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1 or null, got {self.micro_batch_size}")

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from cosmos3_robot.encoders.vit import ViT, vit_preset
 from cosmos3_robot.files import exclusive_lock
-from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, rank_rows, wrap
+from cosmos3_robot.infra.distributed import DistInfo, all_reduce_sum, broadcast_from_main, rank_rows, wrap
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT
 from cosmos3_robot.tasks import ClipBatch
@@ -367,18 +367,15 @@ class Trainer(TrainerCheckpoints):
             return cfg.steps
         pace = self.step / self.train_seconds
         length = torch.tensor(min(cfg.steps, max(self.step + 1, int(pace * 60 * cfg.minutes))))
-        if self.dist.enabled:  # every rank follows rank 0's clock, so all use the same learning rate
-            torch.distributed.broadcast(length, src=0)
-        return int(length)
+        # Every rank follows rank 0's clock, so all use the same learning rate.
+        return int(broadcast_from_main(length, self.dist))
 
     def _out_of_time(self) -> bool:
         """cfg.minutes spent; every rank takes rank 0's answer, so that all stop at the same step."""
         if self.cfg.minutes is None:
             return False
         spent = torch.tensor(float(self.train_seconds >= 60 * self.cfg.minutes))
-        if self.dist.enabled:
-            torch.distributed.broadcast(spent, src=0)
-        return bool(spent)
+        return bool(broadcast_from_main(spent, self.dist))
 
     def _fit(self) -> dict[str, Any]:
         cfg, main = self.cfg, self.dist.is_main
@@ -390,7 +387,8 @@ class Trainer(TrainerCheckpoints):
         if main and cfg.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.stage}", dynamic_ncols=True)
+            total = cfg.steps if cfg.minutes is None else None  # under a time budget the end step is unknown
+            bar = tqdm(total=total, initial=self.step, desc=f"train {cfg.stage}", dynamic_ncols=True)
         window: dict[str, list[float]] = defaultdict(list)
         it = self._train_batches()
         last_saved = self.step if ckpt.latest_checkpoint(self.ckpt_root) else -1
@@ -422,7 +420,7 @@ class Trainer(TrainerCheckpoints):
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - t_start
-        if main and self.step < cfg.steps:
+        if main and self.step < cfg.steps and self.step > start_step:
             print(f"stopping at step {self.step} of {cfg.steps}: minutes={cfg.minutes} reached", flush=True)
         if main and self.step > start_step:
             print(

@@ -33,23 +33,32 @@ def test_bad_input_is_refused_before_any_work(tmp_path, capsys, argv, message):
     assert not out.exists()
 
 
-def test_a_dataset_of_another_action_width_is_refused(tmp_path, capsys):
-    """Our Reach's actions are 2 wide; Meta-World's are 4 wide."""
-    reach = record_small(tmp_path / "reach", episodes=2).root
+@pytest.fixture(scope="module")
+def reach32(tmp_path_factory):
+    return record_small(tmp_path_factory.mktemp("bench") / "reach", episodes=2).root  # 32 px frames
+
+
+def test_a_dataset_of_another_action_width_or_frame_size_is_refused(reach32, tmp_path, capsys):
+    """Our Reach's actions are 2 wide, Meta-World's 4; the smoke variant trains on 64 px frames."""
+    out = ["benchmark", "policies", "--out", str(tmp_path / "b")]
     task = "cosmos3_robot/MetaWorld-reach-v3"
-    argv = [
-        "benchmark",
-        "policies",
-        "--out",
-        str(tmp_path / "b"),
-        "--tasks",
-        task,
-        "--dataset",
-        f"{task}={reach}",
-    ]
-    assert main(argv) == 2
-    assert f"dataset {reach}: actions are 2 wide but {task} takes 4-wide actions" in error_line(capsys)
+    assert main([*out, "--tasks", task, "--dataset", f"{task}={reach32}"]) == 2
+    assert f"dataset {reach32}: actions are 2 wide but {task} takes 4-wide actions" in error_line(capsys)
+    task = "cosmos3_robot/Reach-v0"
+    assert main([*out, "--dataset", f"{task}={reach32}"]) == 2
+    assert f"dataset {reach32}: frames are 32x32 px, the variant trains on 64 px" in error_line(capsys)
     assert not (tmp_path / "b").exists()
+
+
+def test_the_vae_folder_sets_the_latent_width(tmp_path):
+    from cosmos3_robot.scripts.benchmark import build_parser, resolve
+
+    vae = tmp_path / "vae"
+    vae.mkdir()
+    (vae / "config.json").write_text('{"z_dim": 24}')
+    args = build_parser().parse_args(["policies", "--out", "o", "--variant", "full", "--vae", str(vae)])
+    v, _ = resolve(args)
+    assert v.latent_channels == 24 and v.model == "sim-small"
 
 
 @pytest.mark.slow

@@ -108,6 +108,9 @@ def test_config_errors_are_clear(tmp_path, capsys):
         compose(["generator.modes={dance: 1.0}"])
     with pytest.raises(ValueError, match="unknown modes"):
         TrainConfig(generator=dataclasses.replace(TrainConfig().generator, modes={"dance": 1.0}))
+    for bad in ("0", "-1", "inf", "nan"):
+        with pytest.raises(ValueError, match=f"minutes must be > 0 .*got {bad}"):
+            compose([f"minutes={bad}"])
     assert main(["bogus=1"]) == 2
     assert "bogus" in capsys.readouterr().err
 

@@ -205,7 +205,8 @@ class CachedEncoder:
             self.misses += 1
             if clip is None:
                 if load is None:
-                    raise ValueError(f"clip {i} was not decoded and the latent cache does not hold {keys[i]}")
+                    where = f" (key {keys[i]})" if keys is not None else ""
+                    raise ValueError(f"clip {i} was not decoded and the latent cache does not hold it{where}")
                 clip = load(i)
             out.append(
                 _encode_clip(self.vae, clip) if clip.dtype == torch.uint8 else self._encode_float(clip)
