@@ -198,6 +198,16 @@ def evaluate_world(
         "latent_mse": [
             latent_mse(z_pred[:, :, k], latents[:, :, k]) for k in range(g.obs_frames, g.latent_frames)
         ],
+        # The same in latent space for two forecasts that ignore the actions: copying the last
+        # observed latent, and predicting the mean latent (0 after the VAE's normalisation).
+        "latent_mse_copy_observed": [
+            latent_mse(latents[:, :, g.obs_frames - 1], latents[:, :, k])
+            for k in range(g.obs_frames, g.latent_frames)
+        ],
+        "latent_mse_zeros": [
+            latent_mse(torch.zeros_like(latents[:, :, k]), latents[:, :, k])
+            for k in range(g.obs_frames, g.latent_frames)
+        ],
         "clip_psnr": model["psnr"].mean(1).tolist(),
     }
     if world.actions is not None:

@@ -75,6 +75,7 @@ def test_evaluate_writes_per_horizon_metrics_curves_and_clips(tiny_world, tmp_pa
         for metric in ("psnr", "ssim", "moving_psnr"):
             assert len(res[name][metric]) == 4 and np.isfinite(res[name][metric]).all()
     assert set(res["controllability"]) >= {"true", "shuffled", "zeroed", "perturbed", "gap_true_minus"}
+    assert len(res["latent_mse_copy_observed"]) == len(res["latent_mse_zeros"]) == 1
     ctrl = res["controllability"]
     assert len(ctrl["true"]["latent_mse"]) == 1 and ctrl["true"]["latent_mse"] == res["latent_mse"]
     assert ctrl["gap_true_minus"]["shuffled"]["latent_mse"][0] == pytest.approx(
