@@ -160,7 +160,10 @@ class ClipDataset(torch.utils.data.Dataset):
         self.row_episode: np.ndarray = table.column("episode_index").to_numpy()
         self.row_frame: np.ndarray = table.column("frame_index").to_numpy()
         self._check_finite(table)
-        self.anchors = self._anchors(meta)
+        lengths = dict(zip(meta.episodes["episode_index"], meta.episodes["length"], strict=True))
+        # Per table row: its episode's length.
+        self.row_length = np.array([lengths[int(e)] for e in self.row_episode], dtype=np.int64)
+        self.anchors = self._anchors()
         if len(self.anchors) == 0:
             raise ValueError(
                 f"dataset {self.name}: no episode is long enough for a full clip of {spec.num_frames} frames "
@@ -177,8 +180,6 @@ class ClipDataset(torch.utils.data.Dataset):
         )
         self.video_time = spec.video_time(self.fps)
         self.action_time = spec.action_time(self.fps)
-        lengths = dict(zip(meta.episodes["episode_index"], meta.episodes["length"], strict=True))
-        self._row_length = np.array([lengths[int(e)] for e in self.row_episode], dtype=np.int64)
         self._columns: dict[str, np.ndarray] | None = None  # read_without_video's table, on first use
 
     # ---- validation ----------------------------------------------------------------------------
@@ -246,15 +247,13 @@ class ClipDataset(torch.utils.data.Dataset):
                     "ClipDatasetConfig(episodes=[...]) or fix the data"
                 )
 
-    def _anchors(self, meta) -> np.ndarray:
+    def _anchors(self) -> np.ndarray:
         rows = np.arange(len(self.row_episode))
         if self.config.spec.pad:
             return rows
         spec = self.config.spec
-        lengths = dict(zip(meta.episodes["episode_index"], meta.episodes["length"], strict=True))
-        ep_len = np.array([lengths[int(e)] for e in self.row_episode])
         need = max((spec.num_frames - 1) * self.frame_step, (spec.num_actions - 1) * self.action_step, 0)
-        return rows[self.row_frame + need < ep_len]
+        return rows[self.row_frame + need < self.row_length]
 
     # ---- access --------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -286,7 +285,7 @@ class ClipDataset(torch.utils.data.Dataset):
             self._columns = self._table_columns()
         cols = self._columns
         row = int(self.anchors[i])
-        frame, length = int(self.row_frame[row]), int(self._row_length[row])
+        frame, length = int(self.row_frame[row]), int(self.row_length[row])
         item: dict[str, Any] = {}
         for key, step, n in self._windows():
             wanted = frame + step * np.arange(n)

@@ -125,6 +125,11 @@ def per_horizon(m: dict[str, np.ndarray]) -> dict[str, list[float]]:
     return {k: v.mean(0).tolist() for k, v in m.items()}
 
 
+def future_latent_mse(pred: Tensor, latents: Tensor, obs_frames: int) -> list[float]:
+    """Latent MSE of each future latent frame of pred against the true latents, both (N, C, T, h, w)."""
+    return [latent_mse(pred[:, :, k], latents[:, :, k]) for k in range(obs_frames, latents.shape[2])]
+
+
 def forward(
     world: WorldModel, clips: Clips, actions: Tensor, latents: Tensor, sampling: SamplingConfig
 ) -> Tensor:
@@ -156,15 +161,12 @@ def controllability(world, clips, latents, truth_future, last_obs, fut, sampling
         "perturbed": a + 0.5 * std * torch.randn(a.shape, generator=g),
     }
     out = {}
-    obs = world.geometry.obs_frames
     for name, acts in variants.items():
         z = forward(world, clips, acts, latents, sampling)
         pred = world.decode_latents(z)[:, fut]
         out[name] = per_horizon(image_metrics(pred, truth_future, last_obs))
         # In latent space too, so that a VAE that damps motion cannot hide whether actions are heard.
-        out[name]["latent_mse"] = [
-            latent_mse(z[:, :, k], latents[:, :, k]) for k in range(obs, latents.shape[2])
-        ]
+        out[name]["latent_mse"] = future_latent_mse(z, latents, world.geometry.obs_frames)
     out["gap_true_minus"] = {  # per metric and horizon (per future latent frame for latent_mse)
         v: {k: (np.array(out["true"][k]) - np.array(out[v][k])).tolist() for k in out["true"]}
         for v in ("shuffled", "zeroed", "perturbed")
@@ -195,19 +197,13 @@ def evaluate_world(
             image_metrics(last_obs[:, None].expand_as(truth_future), truth_future, last_obs)
         ),
         "vae_reconstruction": per_horizon(image_metrics(recon, truth_future, last_obs)),
-        "latent_mse": [
-            latent_mse(z_pred[:, :, k], latents[:, :, k]) for k in range(g.obs_frames, g.latent_frames)
-        ],
+        "latent_mse": future_latent_mse(z_pred, latents, g.obs_frames),
         # The same in latent space for two forecasts that ignore the actions: copying the last
         # observed latent, and predicting the mean latent (0 after the VAE's normalisation).
-        "latent_mse_copy_observed": [
-            latent_mse(latents[:, :, g.obs_frames - 1], latents[:, :, k])
-            for k in range(g.obs_frames, g.latent_frames)
-        ],
-        "latent_mse_zeros": [
-            latent_mse(torch.zeros_like(latents[:, :, k]), latents[:, :, k])
-            for k in range(g.obs_frames, g.latent_frames)
-        ],
+        "latent_mse_copy_observed": future_latent_mse(
+            latents[:, :, g.obs_frames - 1 : g.obs_frames].expand_as(latents), latents, g.obs_frames
+        ),
+        "latent_mse_zeros": future_latent_mse(torch.zeros_like(latents), latents, g.obs_frames),
         "clip_psnr": model["psnr"].mean(1).tolist(),
     }
     if world.actions is not None:

@@ -134,6 +134,7 @@ def check_fits_env(root: Path, env_id: str, image_size: int) -> int:
     """The dataset's state width, after checking that its actions and frames fit the env."""
     from cosmos3_robot.datasets import open_lerobot_metadata
     from cosmos3_robot.envs import make_env
+    from cosmos3_robot.training.data.common import square_image_size
 
     meta = open_lerobot_metadata(None, root)
     env = make_env(env_id)
@@ -150,12 +151,10 @@ def check_fits_env(root: Path, env_id: str, image_size: int) -> int:
             f"dataset {root}: actions are {got[0] if got else got} wide but {env_id} takes {want[0]}-wide actions; "
             f"give a dataset recorded in {env_id} (or leave --dataset out and let the benchmark record one)"
         )
-    shape = meta.features["observation.image"]["shape"]
-    names = list(meta.features["observation.image"].get("names") or [])
-    hw = shape[1:3] if names[:1] == ["channels"] else shape[:2]
-    if list(hw) != [image_size, image_size]:
+    size = square_image_size(meta, str(root), "observation.image")  # refuses non-square frames
+    if size != image_size:
         raise ValueError(
-            f"dataset {root}: frames are {hw[0]}x{hw[1]} px, the variant trains on {image_size} px; record "
+            f"dataset {root}: frames are {size}x{size} px, the variant trains on {image_size} px; record "
             f"the dataset at --image-size {image_size}"
         )
     return int(math.prod(meta.features["observation.state"]["shape"]))
@@ -245,13 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     from cosmos3_robot.files import exclusive_lock
 
     v, datasets = resolve(args)  # refuse bad input before any work
-    for task, root in datasets.items():
-        check_fits_env(root, task, v.image_size)
+    state_dims = {task: check_fits_env(root, task, v.image_size) for task, root in datasets.items()}
     with exclusive_lock(args.out, "benchmark"):
-        return run_benchmark(args, v, datasets)
+        return run_benchmark(args, v, datasets, state_dims)
 
 
-def run_benchmark(args: argparse.Namespace, v: Variant, datasets: dict[str, Path]) -> int:
+def run_benchmark(
+    args: argparse.Namespace, v: Variant, datasets: dict[str, Path], state_dims: dict[str, int]
+) -> int:
     from cosmos3_robot.envs.record import record_dataset
 
     apply_threads(args.threads)
@@ -270,7 +270,7 @@ def run_benchmark(args: argparse.Namespace, v: Variant, datasets: dict[str, Path
             record_dataset(
                 task, data, v.demos, noise=v.noise, seed=0, image_size=v.image_size, progress=progress
             )
-        state_dim = check_fits_env(data, task, v.image_size)
+        state_dim = state_dims[task] if task in state_dims else check_fits_env(data, task, v.image_size)
         for arm in args.arms:
             run = folder / arm
             print(f"[{task}] {arm}: training for {v.minutes} min ...", flush=True)

@@ -393,11 +393,13 @@ class Trainer(TrainerCheckpoints):
         it = self._train_batches()
         last_saved = self.step if ckpt.latest_checkpoint(self.ckpt_root) else -1
         t_start, start_step = time.perf_counter(), self.step
-        while self.step < cfg.steps and not self._out_of_time():
+        out_of_time = self._out_of_time()  # asked once per step: under torchrun it is a collective
+        while self.step < cfg.steps and not out_of_time:
             t_step = time.perf_counter()
             rec = self.train_step(next(it))
             self.train_seconds += time.perf_counter() - t_step
-            last = self.step == cfg.steps or self._out_of_time()
+            out_of_time = self._out_of_time()
+            last = self.step == cfg.steps or out_of_time
             self.history.append(rec)
             for m, v in rec["losses"].items():
                 window[m].append(v)
