@@ -15,7 +15,8 @@ export MUJOCO_GL ?= egl
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke clean
+.PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke bench-imagination \
+	bench-imagination-smoke clean
 
 venv: $(STAMP)
 
@@ -64,6 +65,14 @@ bench-policies-smoke: venv
 bench-policies: venv
 	@test -n "$(VAE)" || { echo "error: give the frozen VAE: make bench-policies VAE=DIR (the vae/ folder of train-vae)" >&2; exit 2; }
 	$(VENV)/bin/cosmos3-robot benchmark policies --variant full --vae $(VAE) --out $(BENCH_OUT) --no-progress
+
+IMAGINE_OUT ?= runs/bench-imagination
+bench-imagination-smoke: venv
+	$(VENV)/bin/cosmos3-robot benchmark imagination --variant smoke --out $(IMAGINE_OUT)-smoke --no-progress
+
+bench-imagination: venv
+	@test -n "$(MODEL)$(VAE)" || { echo "error: give a state-free model or the VAE to train one: make bench-imagination MODEL=DIR or VAE=DIR" >&2; exit 2; }
+	$(VENV)/bin/cosmos3-robot benchmark imagination --variant full $(if $(MODEL),--model $(MODEL)) $(if $(VAE),--vae $(VAE)) --out $(IMAGINE_OUT) --no-progress
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "benchmark": (
         "cosmos3_robot.scripts.benchmark:main",
-        "our policy against LeRobot's ACT and Diffusion Policy, one table per command",
+        "tables: our policy against LeRobot's ACT and Diffusion Policy; the world model as a simulator",
     ),
     "train-probe": (
         "cosmos3_robot.scripts.train_probe:main",

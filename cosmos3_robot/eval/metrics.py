@@ -110,3 +110,27 @@ def success_summary(successes: list[bool]) -> dict:
     n, k = len(successes), int(sum(bool(s) for s in successes))
     lo, hi = wilson_interval(k, n)
     return {"episodes": n, "successes": k, "success_rate": k / n, "wilson95": [lo, hi]}
+
+
+def simulator_agreement(real: list[float], imagined: list[float]) -> dict:
+    """How well a stand-in simulator ranks policies: Pearson and Spearman correlation of the
+    success rates of the same policies in the real and the stand-in simulator, and MMRV, the mean
+    maximum rank violation of SIMPLER (Li et al. 2024):
+
+        MMRV = 1/N sum_i max_j |real_i - real_j| * [ (imagined_i < imagined_j) != (real_i < real_j) ]
+
+    (0 is a perfect ranking; a violation costs the real gap it gets wrong). A correlation is None
+    when either side is constant (it is undefined there), with the reason in `notes`."""
+    from scipy import stats
+
+    r, m = np.asarray(real, dtype=np.float64), np.asarray(imagined, dtype=np.float64)
+    if r.shape != m.shape or r.ndim != 1 or len(r) < 3:
+        raise ValueError(f"need the same >= 3 policies on both sides, got {r.shape} and {m.shape}")
+    violation = np.abs(r[:, None] - r[None, :]) * ((m[:, None] < m[None, :]) != (r[:, None] < r[None, :]))
+    out: dict = {"policies": len(r), "mmrv": float(violation.max(axis=1).mean()), "notes": []}
+    for name, fn in (("pearson", stats.pearsonr), ("spearman", stats.spearmanr)):
+        constant = [side for side, v in (("real", r), ("imagined", m)) if np.ptp(v) == 0]
+        out[name] = None if constant else float(fn(r, m)[0])
+        if constant:
+            out["notes"].append(f"{name} undefined: the {' and '.join(constant)} success rates are all equal")
+    return out

@@ -93,6 +93,39 @@ class LearnedEnv(gym.Env):
             info["is_success"] = success
         return {"pixels": self._frame.copy()}, float(success), success, truncated and not success, info
 
+    def rollout_plan(self, seed: int, plan: np.ndarray) -> tuple[bool, int]:
+        """(success, steps) of an open-loop action plan (T, A) in imagination, a clip at a time.
+
+        From the real reset frame of `seed`, forward dynamics predicts the clip's future frames
+        from the plan's next actions (zeros past its end); the success probe judges each frame in
+        turn, and the clip's last frame starts the next clip. One sample per clip instead of one
+        per step, with the actions of every step, as the model was trained (`step` holds one
+        action over the clip because it cannot see the actions to come)."""
+        if self.probe is None:
+            raise ValueError(
+                "judging success in imagination needs a success probe: run `cosmos3-robot train-probe`"
+            )
+        g = self.world.geometry
+        plan = np.clip(np.asarray(plan, dtype=np.float32).reshape(-1, *self.action_space.shape), -1.0, 1.0)
+        padded = np.concatenate([plan, np.zeros((self.max_steps + g.num_actions, plan.shape[1]), np.float32)])
+        self.reset(seed=seed)
+        ahead = g.num_frames - g.obs_frames  # future frames per clip (env steps: frame_step is 1)
+        while self._steps < self.max_steps:
+            actions = torch.from_numpy(padded[None, self._steps : self._steps + g.num_actions])
+            latents = self.world.encode_frames(torch.from_numpy(self._frame)[None, None])
+            batch = self.world.clip_batch([self.task], latents, actions=actions, obs_frames=1)
+            video = sample_mode(self.world, "forward_dynamics", batch, self.sampling, generator=self._gen)[
+                "video"
+            ]
+            frames = self.world.decode_latents(video)[0, 1 : 1 + ahead].permute(0, 2, 3, 1).numpy()
+            frames = frames[: self.max_steps - self._steps]
+            hits = self.probe.predict(self.world, frames)
+            if hits.any():
+                return True, self._steps + int(np.argmax(hits)) + 1
+            self._steps += len(frames)
+            self._frame = frames[-1]
+        return False, self._steps
+
     def render(self):
         return None if self._frame is None else self._frame.copy()
 

@@ -8,6 +8,7 @@ with the checkpoint, and the clip geometry it was trained on, and turns one into
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,7 @@ class WorldModel:
         self.model = pack_for_cpu(model.eval())
         self.vae = vae.eval()
         self.data_state = data_state
+        self._warned_tasks: set[str] = set()
         self.geometry: ClipGeometry = data_state.geometry
         self.tokenizer = load_tokenizer(data_state.tokenizer)
         at = data_state.action_transform
@@ -154,7 +156,31 @@ class WorldModel:
         bad = [t for t in texts if not isinstance(t, str)]
         if bad:
             raise ValueError(f"task texts must be strings, got {bad!r} (use '' for no instruction)")
+        self.check_tasks(texts)
         return self.tokenizer.batch_encode(texts)
+
+    @property
+    def tasks(self) -> list[str] | None:
+        """The instructions of the dataset the model was trained on (None for models exported before
+        they were recorded)."""
+        return (self.data_state.details.get("dataset") or {}).get("tasks")
+
+    def check_tasks(self, texts: list[str]) -> None:
+        """Warn, once per text, about an instruction the model never saw in training: it still runs
+        (an instruction is free text), but nothing measured says what the model does with it."""
+        known = self.tasks
+        if known is None:
+            return
+        for text in dict.fromkeys(texts):
+            if text and text not in known and text not in self._warned_tasks:
+                self._warned_tasks.add(text)
+                shown = "; ".join(repr(t) for t in known[:8]) + ("; ..." if len(known) > 8 else "")
+                warnings.warn(
+                    f"instruction {text!r} is not one the model was trained on; it runs on it untested. "
+                    f"The training data had {len(known)}: {shown}",
+                    UserWarning,
+                    stacklevel=3,
+                )
 
     @property
     def needs_state(self) -> bool:

@@ -64,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cosmos3-robot benchmark", description=__doc__, formatter_class=HelpFormatter
     )
-    p.add_argument("table", choices=["policies"], help="which table to produce")
+    p.add_argument(
+        "table",
+        choices=["policies", "imagination"],
+        help="which table (`benchmark imagination --help`: its own)",
+    )
     p.add_argument(
         "--variant", choices=sorted(VARIANTS), default="smoke", help="a preset of the settings below"
     )
@@ -165,12 +169,13 @@ def slug(task: str) -> str:
 
 
 def train_ours(
-    v: Variant, data: Path, out: Path, vae: Path | None, state_dim: int, cache: Path, progress: bool
+    v: Variant, data: Path, out: Path, vae: Path | None, state_dim: int | None, cache: Path, progress: bool
 ) -> dict:
+    """Our model on `data` for `v.minutes`; `state_dim=None` trains it without proprioceptive state."""
     from cosmos3_robot.scripts.train import compose, train
 
     overrides = [
-        f"model={v.model}", f"model.state_dim={state_dim}", f"minutes={v.minutes}", "seed=0",
+        f"model={v.model}", f"model.state_dim={'null' if state_dim is None else state_dim}", f"minutes={v.minutes}", "seed=0",
         # `minutes` stops the run and sets the schedule's length; `steps` is only a ceiling.
         "steps=1000000", "data.source=lerobot", f"data.batch_size={v.batch_size}", "+data.options.num_frames=5",
         f"+data.options.num_actions={v.chunk}", "+data.options.pad=true", "+data.options.val_fraction=0.1",
@@ -240,6 +245,13 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["imagination"]:
+        from cosmos3_robot.scripts import bench_imagination
+
+        return bench_imagination.main(argv[1:])
     args = build_parser().parse_args(argv)
     from cosmos3_robot.files import exclusive_lock
 

@@ -132,6 +132,34 @@ def test_learned_simulator_env_passes_check_env_and_repeats_a_seeded_episode(tin
         gym.make("cosmos3_robot/Learned-v0", model=str(tiny_world[0]), env="cosmos3_robot/Push-v0")
 
 
+def test_open_loop_plan_in_imagination_feeds_each_clip_its_own_actions(tiny_world):
+    from cosmos3_robot.policies.learned_env import LearnedEnv
+
+    env = LearnedEnv(str(tiny_world[0]), "cosmos3_robot/Reach-v0", steps=1)
+    plan = np.linspace(-1, 1, 2 * env.max_steps, dtype=np.float32).reshape(env.max_steps, 2)
+    with pytest.raises(ValueError, match="success probe"):
+        env.rollout_plan(3, plan)
+    g = env.world.geometry
+    ahead, seen, judged = g.num_frames - g.obs_frames, [], []
+
+    class SixthFrame:  # a probe that calls the 6th imagined frame a success
+        def predict(self, world, frames):
+            judged.extend(range(len(judged), len(judged) + len(frames)))
+            return np.array([k == 5 for k in judged[-len(frames) :]])
+
+    real_batch = env.world.clip_batch
+    env.world.clip_batch = lambda texts, latents, actions, obs_frames: (
+        seen.append(actions.numpy().copy())
+        or real_batch(texts, latents, actions=actions, obs_frames=obs_frames)
+    )
+    env.probe = SixthFrame()
+    assert env.rollout_plan(3, plan) == (True, 6)
+    assert len(seen) == -(-6 // ahead)  # one forward-dynamics sample per clip of `ahead` frames
+    for k, actions in enumerate(seen):  # the plan's own next actions, not one action held
+        np.testing.assert_array_equal(actions[0], plan[k * ahead : k * ahead + g.num_actions])
+    env.close()
+
+
 def test_temporal_ensembling_averages_the_live_chunks_oldest_first(world):
     wm, _ = world
     m = 0.5
@@ -185,3 +213,25 @@ def test_the_labeller_keeps_only_the_actions_a_window_shows():
     np.testing.assert_allclose(labels.actions[:, 0], [0, 1, 1, 2, 1, 2, 1, 2, 1, 2, 2, 3])
     with pytest.raises(ValueError, match="stride 5 skips frames: a window labels 4 frames"):
         EpisodeLabeller(world, stride=5)
+
+
+def test_an_instruction_never_seen_in_training_warns_once_and_still_runs(tiny_world):
+    import warnings
+
+    from cosmos3_robot.datasets import open_lerobot_metadata
+    from cosmos3_robot.policies.world_model import WorldModel
+
+    world = WorldModel.from_folder(tiny_world[0])
+    recorded = sorted(open_lerobot_metadata(None, tiny_world[1]).tasks.index)
+    assert world.tasks == recorded  # oracle: the dataset's own task table
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        world.prompt([recorded[0], ""])  # a known instruction, and none at all: silent
+    with pytest.warns(
+        UserWarning, match="'move the fingertip to the purple target' is not one the model was"
+    ):
+        ids, _ = world.prompt(["move the fingertip to the purple target"])
+    assert ids.shape[0] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        world.prompt(["move the fingertip to the purple target"])  # once per text

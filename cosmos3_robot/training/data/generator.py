@@ -116,6 +116,9 @@ class GeneratorData:
             )  # fmt: skip
         self.fps = float(meta.fps)
         self.robot_type = meta.robot_type  # the env id, for datasets written by `record`
+        # The instructions, for a warning at inference about any other; unknown with action-free videos.
+        known = cfg.action_free_folder is None and meta.tasks is not None
+        self.tasks = sorted(str(t) for t in meta.tasks.index) if known else None
         recorded_size = square_image_size(meta, self.name, cfg.image_key)  # refuses non-square frames
         self.image_size = cfg.image_size or recorded_size
         try:
@@ -398,6 +401,7 @@ class GeneratorData:
                     "fps": self.fps,
                     "image_size": self.image_size,
                     "robot_type": self.robot_type,
+                    "tasks": self.tasks,
                 },  # fmt: skip
                 "clip_spec": asdict(self.spec),
                 "latent_frames": num_latent_frames(cfg.num_frames),
