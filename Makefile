@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke bench-imagination \
-	bench-imagination-smoke clean
+	bench-imagination-smoke bench-labels bench-labels-smoke clean
 
 venv: $(STAMP)
 
@@ -73,6 +73,14 @@ bench-imagination-smoke: venv
 bench-imagination: venv
 	@test -n "$(MODEL)$(VAE)" || { echo "error: give a state-free model or the VAE to train one: make bench-imagination MODEL=DIR or VAE=DIR" >&2; exit 2; }
 	$(VENV)/bin/cosmos3-robot benchmark imagination --variant full $(if $(MODEL),--model $(MODEL)) $(if $(VAE),--vae $(VAE)) --out $(IMAGINE_OUT) --no-progress
+
+LABELS_OUT ?= runs/bench-labels
+bench-labels-smoke: venv
+	$(VENV)/bin/cosmos3-robot benchmark labels --variant smoke --out $(LABELS_OUT)-smoke --no-progress
+
+bench-labels: venv
+	@test -n "$(VAE)" || { echo "error: give the frozen VAE: make bench-labels VAE=DIR (the vae/ folder of train-vae)" >&2; exit 2; }
+	$(VENV)/bin/cosmos3-robot benchmark labels --variant full --vae $(VAE) --out $(LABELS_OUT) --no-progress
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

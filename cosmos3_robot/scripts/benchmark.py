@@ -1,5 +1,7 @@
 """`cosmos3-robot benchmark policies`: our policy against LeRobot's ACT and Diffusion Policy on the same
-demonstrations, the same wall-clock training budget and the same held-out seeds.
+demonstrations, the same wall-clock training budget and the same held-out seeds. (Two more tables have
+their own options: `benchmark imagination`, the world model as a policy evaluator, and `benchmark
+labels`, policies trained on inverse-dynamics labels.)
 
     cosmos3-robot benchmark policies --variant smoke --out runs/bench-smoke          (about 8 minutes)
     cosmos3-robot benchmark policies --variant full --out runs/bench --vae VAE_DIR  (see benchmarks/README.md)
@@ -66,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "table",
-        choices=["policies", "imagination"],
-        help="which table (`benchmark imagination --help`: its own)",
+        choices=["policies", "imagination", "labels"],
+        help="which table (`benchmark imagination --help` and `benchmark labels --help` list their own options)",
     )
     p.add_argument(
         "--variant", choices=sorted(VARIANTS), default="smoke", help="a preset of the settings below"
@@ -252,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         from cosmos3_robot.scripts import bench_imagination
 
         return bench_imagination.main(argv[1:])
+    if argv[:1] == ["labels"]:
+        from cosmos3_robot.scripts import bench_labels
+
+        return bench_labels.main(argv[1:])
     args = build_parser().parse_args(argv)
     from cosmos3_robot.files import exclusive_lock
 

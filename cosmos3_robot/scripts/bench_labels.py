@@ -1,0 +1,158 @@
+"""`cosmos3-robot benchmark labels`: are inverse-dynamics labels good enough to train a policy on?
+
+    cosmos3-robot benchmark labels --variant smoke --out runs/labels-smoke       (a few minutes)
+    cosmos3-robot benchmark labels --variant full --out runs/labels --vae VAE_DIR
+
+Per task: record the noisy scripted expert twice, on disjoint env seeds: a labelled set (seeds
+0 .. L-1, L = --labelled of the --demos) that trains our model as the labeller (`train`, for
+--minutes), and a policy set (seeds L .. demos-1) whose actions the labeller replaces (`label
+--check`, which also scores the labels against the true actions). The same policy (--arm, LeRobot's
+ACT by default) is then trained for --minutes on the policy set twice, once with the true actions
+and once with the labels, and both are rolled out on the same --episodes held-out env seeds
+10000, 10001, ... The figure is success(labels) / success(true actions); the target is >= 0.9.
+
+Writes into --out:
+  results.json   per task: both successes (Wilson 95 %), the ratio, the labels' MSE and R² against
+                 the true actions beside the mean-action baseline, training steps; seeds and commit
+  table.md       the same as a Markdown table
+  TASK/          labelled/ and policy/ (recorded), relabelled/ (the labels), labeller/, true/ and
+                 labels/ (the training runs; each has rollout/results.json with every episode)
+Every stage resumes: the same command continues where a stopped run left off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.scripts.benchmark import (
+    Variant,
+    check_fits_env,
+    rollout,
+    slug,
+    train_lerobot,
+    train_ours,
+)
+from cosmos3_robot.scripts.common import HelpFormatter, add_threads_option, apply_threads, claim_output
+
+LABELLED = {"smoke": 4, "full": 50}  # demonstrations with true actions, for the labeller
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cosmos3-robot benchmark labels", description=__doc__, formatter_class=HelpFormatter
+    )
+    p.add_argument(
+        "--variant", choices=sorted(LABELLED), default="smoke", help="a preset of the settings below"
+    )
+    p.add_argument("--out", type=Path, required=True, help="output folder (resumed when it holds this run)")
+    p.add_argument("--vae", type=Path, help="frozen VAE folder for the labeller (`train-vae`'s vae/)")
+    p.add_argument("--tasks", nargs="+", help="envs (default: the variant's)")
+    p.add_argument(
+        "--arm", choices=["act", "diffusion", "ours"], default="act", help="the policy trained twice"
+    )
+    p.add_argument("--demos", type=int, help="demonstrations recorded per task, both sets together")
+    p.add_argument("--labelled", type=int, help="of them, the labeller's (the first env seeds)")
+    p.add_argument("--episodes", type=int, help="held-out rollouts per policy")
+    p.add_argument("--minutes", type=float, help="training budget of the labeller and of each policy")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_option(p)
+    return p
+
+
+def resolve(args: argparse.Namespace) -> tuple[Variant, int]:
+    """The variant and the labelled count, with the command line's overrides; bad input refused here."""
+    from cosmos3_robot.scripts import benchmark
+
+    ns = argparse.Namespace(variant=args.variant, tasks=args.tasks, demos=args.demos, episodes=args.episodes,
+                            minutes=args.minutes, arms=["ours"], vae=args.vae, dataset=[])  # fmt: skip
+    v, _ = benchmark.resolve(ns)  # the same checks as `benchmark policies`
+    labelled = LABELLED[args.variant] if args.labelled is None else args.labelled
+    if not 2 <= labelled <= v.demos - 2:
+        raise ValueError(
+            f"--labelled {labelled}: give 2 .. demos - 2 = {v.demos - 2} (both sets need at least 2 episodes)"
+        )
+    return v, labelled
+
+
+def train_policy(
+    arm: str, v: Variant, data: Path, run: Path, state_dim: int, vae: Path | None, progress: bool
+):
+    if arm == "ours":
+        return train_ours(v, data, run, vae, state_dim, run.parent / "latents", progress)
+    return train_lerobot(arm, v, data, run, progress)
+
+
+def run_task(args: argparse.Namespace, v: Variant, labelled: int, task: str, progress: bool) -> dict:
+    from cosmos3_robot.envs.record import record_dataset
+    from cosmos3_robot.scripts import label
+
+    folder = args.out / slug(task)
+    sets = {"labelled": (0, labelled), "policy": (labelled, v.demos - labelled)}
+    for name, (seed, n) in sets.items():
+        print(f"[{task}] recording the {name} set: {n} demonstrations from env seed {seed} ...", flush=True)
+        record_dataset(
+            task, folder / name, n, noise=v.noise, seed=seed, image_size=v.image_size, progress=progress
+        )
+    state_dim = check_fits_env(folder / "policy", task, v.image_size)
+    print(f"[{task}] training the labeller for {v.minutes} min ...", flush=True)
+    labeller = train_ours(
+        v, folder / "labelled", folder / "labeller", args.vae, None, folder / "latents", progress
+    )
+    print(f"[{task}] labelling the policy set ...", flush=True)
+    label.main(["--model", str(folder / "labeller" / "model"), "--source", str(folder / "policy"),
+                "--out", str(folder / "relabelled"), "--check", *(["--no-progress"] if not progress else [])])  # fmt: skip
+    check = json.loads((folder / "relabelled" / label.REPORT).read_text())["check"]
+    row = {"task": task, "arm": args.arm, "labelled_demos": labelled, "policy_demos": v.demos - labelled,
+           "labeller_steps": labeller["steps"],
+           "label_quality": {k: check[k] for k in ("mse", "mean_action_mse", "r2")}}  # fmt: skip
+    for name, data in (("true", folder / "policy"), ("labels", folder / "relabelled")):
+        what = "true actions" if name == "true" else "labelled actions"
+        print(f"[{task}] {args.arm} on the {what}: training for {v.minutes} min ...", flush=True)
+        train = train_policy(args.arm, v, data, folder / name, state_dim, args.vae, progress)
+        res = rollout(args.arm, task, v, folder / name, progress)
+        row[name] = {k: res[k] for k in ("episodes", "successes", "success_rate", "wilson95")} | {
+            "train_steps": train["steps"]
+        }
+    t, lab = row["true"]["success_rate"], row["labels"]["success_rate"]
+    row["ratio"] = None if t == 0 else lab / t  # undefined when the true-action policy never succeeds
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| task | policy | true actions | labels | ratio | label MSE (mean action) / R² |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        cell = [f"{r[k]['successes']}/{r[k]['episodes']} = {r[k]['success_rate']:.0%} "
+                f"({r[k]['wilson95'][0]:.0%}-{r[k]['wilson95'][1]:.0%})" for k in ("true", "labels")]  # fmt: skip
+        ratio = "undefined" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        q = r["label_quality"]
+        lines.append(f"| {r['task']} | {r['arm']} | {cell[0]} | {cell[1]} | {ratio} | "
+                     f"{q['mse']:.3f} ({q['mean_action_mse']:.3f}) / {q['r2']:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from cosmos3_robot.files import exclusive_lock
+
+    v, labelled = resolve(args)  # refuse bad input before any work
+    with exclusive_lock(args.out, "benchmark"):
+        apply_threads(args.threads)
+        config = {"table": "labels", "variant": dataclasses.asdict(v) | {"episodes": None}, "arm": args.arm,
+                  "labelled": labelled, "vae": None if args.vae is None else str(args.vae.resolve())}  # fmt: skip
+        prov = claim_output(args.out, "benchmark labels", config)
+        rows = []
+        for task in v.tasks:
+            rows.append(run_task(args, v, labelled, task, not args.no_progress))
+            write_json_atomic(
+                args.out / "results.json", {**prov, "variant": dataclasses.asdict(v), "rows": rows}
+            )
+        text = table(rows)
+        (args.out / "table.md").write_text(text)
+        print(text, end="")
+        print(f"results: {args.out / 'results.json'}")
+    return 0
