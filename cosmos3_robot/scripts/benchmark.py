@@ -5,6 +5,7 @@ labels`, policies trained on inverse-dynamics labels.)
 
     cosmos3-robot benchmark policies --variant smoke --out runs/bench-smoke          (about 8 minutes)
     cosmos3-robot benchmark policies --variant full --out runs/bench --vae VAE_DIR  (see benchmarks/README.md)
+    cosmos3-robot benchmark policies --variant metaworld --out runs/bench-mw --vae MW_VAE_DIR  (13 tasks)
 
 For every task: `record` the scripted expert with injected noise (env seeds 0 .. demos-1), train each
 arm on that dataset for --minutes of training steps (ours: `train` with `minutes=`; ACT / Diffusion
@@ -36,6 +37,9 @@ from cosmos3_robot.scripts.common import HelpFormatter, add_threads_option, appl
 
 ARMS = ("ours", "act", "diffusion")
 EVAL_SEED = 10_000  # rollouts use env seeds EVAL_SEED + e; demonstrations use 0 .. demos - 1
+METAWORLD_TASKS = ["assembly-v3", "basketball-v3", "button-press-v3", "button-press-topdown-v3", "door-close-v3",
+                   "door-open-v3", "faucet-close-v3", "faucet-open-v3", "hammer-v3", "handle-press-v3",
+                   "shelf-place-v3", "reach-v3", "push-v3"]  # fmt: skip
 MIN_MINUTES = 0.25  # below this no arm gets through its first steps (a sim-small step is ~0.5 s)
 
 
@@ -59,6 +63,9 @@ VARIANTS = {
                      model="tiny", latent_channels=None, batch_size=8),
     "full": Variant(["cosmos3_robot/Reach-v0", "cosmos3_robot/Push-v0"], demos=150, episodes=50, minutes=15.0,
                     image_size=128, model="sim-small", latent_channels=48, batch_size=16, noise=0.2),
+    # AVDC's 11 Meta-World tasks, then reach and push; --vae must be a VAE trained on Meta-World frames.
+    "metaworld": Variant([f"cosmos3_robot/MetaWorld-{t}" for t in METAWORLD_TASKS], demos=50, episodes=50,
+                         minutes=15.0, image_size=128, model="sim-small", latent_channels=48, batch_size=16),
 }  # fmt: skip
 
 

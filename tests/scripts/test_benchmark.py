@@ -83,3 +83,15 @@ def test_smoke_table_end_to_end_and_resumed(tmp_path, capsys):
     again = json.loads((out / "results.json").read_text())
     assert [r["train_steps"] for r in again["rows"]] == steps  # the budget was spent: nothing retrained
     assert [r["episodes"] for r in again["rows"]] == [2, 2, 2]
+
+
+def test_the_metaworld_variant_names_avdcs_tasks_and_needs_a_vae(tmp_path, capsys):
+    from cosmos3_robot.envs.metaworld import AVDC_TASKS, TASKS
+    from cosmos3_robot.scripts.benchmark import VARIANTS
+
+    tasks = VARIANTS["metaworld"].tasks
+    assert tasks == [f"cosmos3_robot/MetaWorld-{t}" for t in TASKS]  # oracle: the registered suite
+    assert tasks[:11] == [f"cosmos3_robot/MetaWorld-{t}" for t in AVDC_TASKS]
+    out = tmp_path / "bench"
+    assert main(["benchmark", "policies", "--variant", "metaworld", "--out", str(out)]) == 2
+    assert "our arm needs a frozen video VAE" in error_line(capsys)
