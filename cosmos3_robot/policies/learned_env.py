@@ -77,13 +77,7 @@ class LearnedEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         action = np.clip(np.asarray(action, dtype=np.float32).reshape(self.action_space.shape), -1.0, 1.0)
         g = self.world.geometry
-        actions = torch.from_numpy(np.repeat(action[None, None], g.num_actions, axis=1))  # (1, Na, A)
-        latents = self.world.encode_frames(torch.from_numpy(self._frame)[None, None])
-        batch = self.world.clip_batch([self.task], latents, actions=actions, obs_frames=1)
-        video = sample_mode(self.world, "forward_dynamics", batch, self.sampling, generator=self._gen)[
-            "video"
-        ]
-        self._frame = self.world.decode_latents(video)[0, 1].permute(1, 2, 0).numpy()  # one env step ahead
+        self._frame = self._imagine(np.repeat(action[None], g.num_actions, axis=0))[0]  # one env step ahead
         self._steps += 1
         truncated = self._steps >= self.max_steps
         info = {"task": self.task, "imagined": True}
@@ -109,15 +103,8 @@ class LearnedEnv(gym.Env):
         plan = np.clip(np.asarray(plan, dtype=np.float32).reshape(-1, *self.action_space.shape), -1.0, 1.0)
         padded = np.concatenate([plan, np.zeros((self.max_steps + g.num_actions, plan.shape[1]), np.float32)])
         self.reset(seed=seed)
-        ahead = g.num_frames - g.obs_frames  # future frames per clip (env steps: frame_step is 1)
         while self._steps < self.max_steps:
-            actions = torch.from_numpy(padded[None, self._steps : self._steps + g.num_actions])
-            latents = self.world.encode_frames(torch.from_numpy(self._frame)[None, None])
-            batch = self.world.clip_batch([self.task], latents, actions=actions, obs_frames=1)
-            video = sample_mode(self.world, "forward_dynamics", batch, self.sampling, generator=self._gen)[
-                "video"
-            ]
-            frames = self.world.decode_latents(video)[0, 1 : 1 + ahead].permute(0, 2, 3, 1).numpy()
+            frames = self._imagine(padded[self._steps : self._steps + g.num_actions])
             frames = frames[: self.max_steps - self._steps]
             hits = self.probe.predict(self.world, frames)
             if hits.any():
@@ -125,6 +112,18 @@ class LearnedEnv(gym.Env):
             self._steps += len(frames)
             self._frame = frames[-1]
         return False, self._steps
+
+    def _imagine(self, actions: np.ndarray) -> np.ndarray:
+        """The clip's future frames (num_frames - 1, H, W, 3) uint8 after the current frame, given
+        the clip's actions (num_actions, A): one forward-dynamics sample, decoded."""
+        latents = self.world.encode_frames(torch.from_numpy(self._frame)[None, None])
+        batch = self.world.clip_batch(
+            [self.task], latents, actions=torch.from_numpy(actions[None]), obs_frames=1
+        )
+        video = sample_mode(self.world, "forward_dynamics", batch, self.sampling, generator=self._gen)[
+            "video"
+        ]
+        return self.world.decode_latents(video)[0, 1:].permute(0, 2, 3, 1).numpy()
 
     def render(self):
         return None if self._frame is None else self._frame.copy()

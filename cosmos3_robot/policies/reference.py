@@ -6,8 +6,8 @@
                               the scripted expert's plan for the episode's seed, replayed blind
                               with Gaussian noise of std `noise` added to every action
 
-All fit `policies.rollout.Policy`, so `rollout --policy random|zero` measures them on the same
-seeds and by the same code as a trained policy. OpenLoopExpert never reads its observations: it
+All fit `policies.rollout.Policy`: `rollout --policy random|zero` measures the first two on the
+same seeds and by the same code as a trained policy. OpenLoopExpert never reads its observations: it
 takes the same actions in any simulator, the real one or a learned one, which makes a family of
 them at rising noise a graded set of policies for judging a learned simulator (`benchmark
 imagination`).
@@ -55,8 +55,9 @@ class ZeroPolicy:
 class OpenLoopExpert:
     """The clean scripted expert's actions for the episode's env seed, computed in a private copy
     of the real env at `seed()`, then replayed whatever the observations show, each action plus
-    N(0, noise^2) drawn from numpy's generator seeded [s, 2] and clipped to [-1, 1]. After the
-    plan ends (the expert succeeded early) it keeps still. Deterministic per seed."""
+    N(0, noise^2) drawn from numpy's generator seeded [s, 2] and clipped to [-1, 1]. The plan ends
+    where the expert's episode ended (success or the time limit); after it, the zero action.
+    Deterministic per seed."""
 
     def __init__(
         self, env_id: str, noise: float, image_size: int = 64, control_hz: int | None = None
@@ -83,6 +84,7 @@ class OpenLoopExpert:
             done = terminated or truncated
         noise = np.random.default_rng([seed, 2]).normal(0.0, 1.0, (len(plan), self.action_dim)) * self.noise
         self.plan = np.clip(np.stack(plan) + noise, -1.0, 1.0).astype(np.float32)
+        self._t = 0
 
     def reset(self) -> None:
         self.chunks = []

@@ -8,12 +8,15 @@ The policies, of graded quality: the scripted expert's plan for each episode rep
 with Gaussian noise of rising std (--noises; 0 is the expert itself), uniform random actions and
 the zero action. None of them reads its observations, so each takes the same actions in both
 simulators, and what is compared is the simulators alone. Each policy runs --episodes episodes on
-env seeds 10000, 10001, ... in the real env and in `cosmos3_robot/Learned-v0` (the model as a
-simulator; success judged in imagination by the model's success probe).
+env seeds 10000, 10001, ... in the real env and in the learned simulator. There its plan is
+rolled out a clip at a time (`LearnedEnv.rollout_plan`: one forward-dynamics sample per clip, from
+the last imagined frame and the plan's own next actions, as the model was trained), not stepped
+like the `cosmos3_robot/Learned-v0` gym env (one sample per step, holding one action over the
+clip); the model's success probe judges every imagined frame.
 
 The model: --model, a `train` folder of a model without proprioceptive state whose clip frames and
 actions are env steps (a learned simulator imagines pixels, not state); without a success probe
-(`train-probe`) one is fitted first. Without --model the benchmark makes one: it records --demos
+(`train-probe`) one is fitted first and saved in MODEL/success_probe/. Without --model the benchmark makes one: it records --demos
 noisy-expert demonstrations (env seeds 0 .. demos-1, or takes --dataset), trains a state-free
 model for --minutes as `benchmark policies` trains ours, and fits its probe.
 
@@ -45,7 +48,13 @@ from cosmos3_robot.scripts.benchmark import (
     check_fits_env,
     train_ours,
 )
-from cosmos3_robot.scripts.common import HelpFormatter, add_threads_option, apply_threads, claim_output
+from cosmos3_robot.scripts.common import (
+    HelpFormatter,
+    add_threads_option,
+    apply_threads,
+    claim_output,
+    success_cell,
+)
 
 
 @dataclasses.dataclass
@@ -107,7 +116,8 @@ def resolve(args: argparse.Namespace) -> Imagine:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(ALL_ENV_IDS)}")
     if v.train.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {v.train.episodes}")
-    if any(not (math.isfinite(s) and s >= 0) for s in v.noises) or len(set(v.noises)) != len(v.noises):
+    names = {policy_name(s) for s in v.noises}
+    if any(not (math.isfinite(s) and s >= 0) for s in v.noises) or len(names) != len(v.noises):
         raise ValueError(f"--noises {v.noises}: give distinct finite noise stds >= 0 (e.g. 0 0.05 0.1 0.2)")
     if args.model is not None:
         if not (args.model / "config.json").is_file():
@@ -133,10 +143,14 @@ def resolve(args: argparse.Namespace) -> Imagine:
     return v
 
 
+def policy_name(noise: float) -> str:
+    return f"expert-open-loop-noise-{noise:g}"
+
+
 def policies(v: Imagine, task: str, image_size: int, fps: int) -> dict:
     from cosmos3_robot.policies.reference import OpenLoopExpert, RandomPolicy, ZeroPolicy
 
-    out: dict = {f"expert-open-loop-noise-{s:g}": OpenLoopExpert(task, s, image_size, fps) for s in v.noises}
+    out: dict = {policy_name(s): OpenLoopExpert(task, s, image_size, fps) for s in v.noises}
     dim = next(iter(out.values())).action_dim
     return out | {"random": RandomPolicy(dim), "zero": ZeroPolicy(dim)}
 
@@ -196,7 +210,7 @@ def run_policy(name: str, policy, real, learned, episodes: int, folder: Path) ->
                 ep = run_episode(real, policy, seed)
                 success, steps = bool(ep.success), ep.steps
             else:
-                plan = plan_of(policy, seed, learned.max_steps, learned.real.unwrapped.task)
+                plan = plan_of(policy, seed, learned.max_steps, "")  # blind policies ignore the task too
                 success, steps = learned.rollout_plan(seed, plan)
             eps.append({"seed": seed, "success": success, "steps": steps})
             write_json_atomic(path, {"policy": name, "simulator": sim, "episodes": eps})
@@ -219,8 +233,7 @@ def summarise(results: dict[str, dict[str, list[dict]]]) -> dict:
 def table(summary: dict) -> str:
     lines = ["| policy | real simulator | learned simulator | same outcome |", "|---|---|---|---|"]
     for r in summary["rows"]:
-        cell = [f"{r[s]['successes']}/{r[s]['episodes']} = {r[s]['success_rate']:.0%} "
-                f"({r[s]['wilson95'][0]:.0%}-{r[s]['wilson95'][1]:.0%})" for s in ("real", "imagined")]  # fmt: skip
+        cell = [success_cell(r[s]) for s in ("real", "imagined")]
         lines.append(f"| {r['policy']} | {cell[0]} | {cell[1]} | {r['agreement']:.0%} |")
     k = summary["ranking"]
     fmt = lambda x: "undefined" if x is None else f"{x:.2f}"  # noqa: E731

@@ -10,10 +10,13 @@ Per task: record the noisy scripted expert twice, on disjoint env seeds: a label
 ACT by default) is then trained for --minutes on the policy set twice, once with the true actions
 and once with the labels, and both are rolled out on the same --episodes held-out env seeds
 10000, 10001, ... The figure is success(labels) / success(true actions); the target is >= 0.9.
+One difference besides the actions: `label` writes its dataset through LeRobot's writer, so the
+labelled copy's frames are encoded a second time (the true-action policy reads the recording's).
 
 Writes into --out:
   results.json   per task: both successes (Wilson 95 %), the ratio, the labels' MSE and R² against
-                 the true actions beside the mean-action baseline, training steps; seeds and commit
+                 the true actions beside the mean-action baseline, training steps; the env seeds of
+                 both sets and of the rollouts, and the commit
   table.md       the same as a Markdown table
   TASK/          labelled/ and policy/ (recorded), relabelled/ (the labels), labeller/, true/ and
                  labels/ (the training runs; each has rollout/results.json with every episode)
@@ -27,8 +30,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+
 from cosmos3_robot.files import write_json_atomic
 from cosmos3_robot.scripts.benchmark import (
+    EVAL_SEED,
     Variant,
     check_fits_env,
     rollout,
@@ -36,7 +42,13 @@ from cosmos3_robot.scripts.benchmark import (
     train_lerobot,
     train_ours,
 )
-from cosmos3_robot.scripts.common import HelpFormatter, add_threads_option, apply_threads, claim_output
+from cosmos3_robot.scripts.common import (
+    HelpFormatter,
+    add_threads_option,
+    apply_threads,
+    claim_output,
+    success_cell,
+)
 
 LABELLED = {"smoke": 4, "full": 50}  # demonstrations with true actions, for the labeller
 
@@ -69,13 +81,41 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, int]:
 
     ns = argparse.Namespace(variant=args.variant, tasks=args.tasks, demos=args.demos, episodes=args.episodes,
                             minutes=args.minutes, arms=["ours"], vae=args.vae, dataset=[])  # fmt: skip
+    if args.vae is None and args.variant != "smoke":
+        raise ValueError(
+            "the labeller (our model) needs a frozen video VAE: --vae FOLDER (the vae/ folder of "
+            "`cosmos3-robot train-vae`); only --variant smoke runs on a random one"
+        )
     v, _ = benchmark.resolve(ns)  # the same checks as `benchmark policies`
     labelled = LABELLED[args.variant] if args.labelled is None else args.labelled
     if not 2 <= labelled <= v.demos - 2:
+        given = "--labelled" if args.labelled is not None else f"the {args.variant} variant's labelled count"
         raise ValueError(
-            f"--labelled {labelled}: give 2 .. demos - 2 = {v.demos - 2} (both sets need at least 2 episodes)"
+            f"{given} {labelled} does not fit {v.demos} demonstrations: give --labelled 2 .. {v.demos - 2} "
+            "(both sets need at least 2 episodes)"
         )
     return v, labelled
+
+
+def label_quality(true_root: Path, labelled_root: Path, labeller: Path) -> dict:
+    """The labels' MSE and R² against the true actions over every frame of the policy set (not
+    only the episodes one resumed `label` call wrote), beside the labeller's mean-action baseline."""
+    from cosmos3_robot.datasets import open_lerobot_dataset
+    from cosmos3_robot.datasets.episodes import episode_column
+    from cosmos3_robot.eval.metrics import action_errors
+
+    true, pred = (
+        episode_column(ds, "action", 0, ds.num_frames)
+        for ds in (open_lerobot_dataset(None, r) for r in (true_root, labelled_root))
+    )
+    if true.shape != pred.shape:
+        raise ValueError(
+            f"{labelled_root} holds {pred.shape[0]} labelled frames, {true_root} {true.shape[0]}: the "
+            f"labelling stopped part way; run the same command again to finish it"
+        )
+    state = json.loads((labeller / "data_state.json").read_text())["action_transform"]
+    mean = np.asarray(state["normalizer"]["stats"][state["key"]]["mean"], dtype=np.float64)
+    return action_errors(pred, true, mean) | {"frames": int(true.shape[0])}
 
 
 def train_policy(
@@ -105,10 +145,12 @@ def run_task(args: argparse.Namespace, v: Variant, labelled: int, task: str, pro
     print(f"[{task}] labelling the policy set ...", flush=True)
     label.main(["--model", str(folder / "labeller" / "model"), "--source", str(folder / "policy"),
                 "--out", str(folder / "relabelled"), "--check", *(["--no-progress"] if not progress else [])])  # fmt: skip
-    check = json.loads((folder / "relabelled" / label.REPORT).read_text())["check"]
+    check = label_quality(folder / "policy", folder / "relabelled", folder / "labeller" / "model")
     row = {"task": task, "arm": args.arm, "labelled_demos": labelled, "policy_demos": v.demos - labelled,
            "labeller_steps": labeller["steps"],
-           "label_quality": {k: check[k] for k in ("mse", "mean_action_mse", "r2")}}  # fmt: skip
+           "label_quality": {k: check[k] for k in ("mse", "mean_action_mse", "r2", "frames")},
+           "seeds": {"labelled": [0, labelled - 1], "policy": [labelled, v.demos - 1],
+                     "eval": [EVAL_SEED, EVAL_SEED + v.episodes - 1]}}  # fmt: skip
     for name, data in (("true", folder / "policy"), ("labels", folder / "relabelled")):
         what = "true actions" if name == "true" else "labelled actions"
         print(f"[{task}] {args.arm} on the {what}: training for {v.minutes} min ...", flush=True)
@@ -126,8 +168,7 @@ def table(rows: list[dict]) -> str:
     lines = ["| task | policy | true actions | labels | ratio | label MSE (mean action) / R² |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        cell = [f"{r[k]['successes']}/{r[k]['episodes']} = {r[k]['success_rate']:.0%} "
-                f"({r[k]['wilson95'][0]:.0%}-{r[k]['wilson95'][1]:.0%})" for k in ("true", "labels")]  # fmt: skip
+        cell = [success_cell(r[k]) for k in ("true", "labels")]
         ratio = "undefined" if r["ratio"] is None else f"{r['ratio']:.2f}"
         q = r["label_quality"]
         lines.append(f"| {r['task']} | {r['arm']} | {cell[0]} | {cell[1]} | {ratio} | "

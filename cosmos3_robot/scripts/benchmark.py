@@ -32,14 +32,12 @@ import json
 import math
 from pathlib import Path
 
+from cosmos3_robot.envs import METAWORLD_IDS
 from cosmos3_robot.files import write_json_atomic
 from cosmos3_robot.scripts.common import HelpFormatter, add_threads_option, apply_threads, claim_output
 
 ARMS = ("ours", "act", "diffusion")
 EVAL_SEED = 10_000  # rollouts use env seeds EVAL_SEED + e; demonstrations use 0 .. demos - 1
-METAWORLD_TASKS = ["assembly-v3", "basketball-v3", "button-press-v3", "button-press-topdown-v3", "door-close-v3",
-                   "door-open-v3", "faucet-close-v3", "faucet-open-v3", "hammer-v3", "handle-press-v3",
-                   "shelf-place-v3", "reach-v3", "push-v3"]  # fmt: skip
 MIN_MINUTES = 0.25  # below this no arm gets through its first steps (a sim-small step is ~0.5 s)
 
 
@@ -64,7 +62,7 @@ VARIANTS = {
     "full": Variant(["cosmos3_robot/Reach-v0", "cosmos3_robot/Push-v0"], demos=150, episodes=50, minutes=15.0,
                     image_size=128, model="sim-small", latent_channels=48, batch_size=16, noise=0.2),
     # AVDC's 11 Meta-World tasks, then reach and push; --vae must be a VAE trained on Meta-World frames.
-    "metaworld": Variant([f"cosmos3_robot/MetaWorld-{t}" for t in METAWORLD_TASKS], demos=50, episodes=50,
+    "metaworld": Variant(list(METAWORLD_IDS), demos=50, episodes=50,
                          minutes=15.0, image_size=128, model="sim-small", latent_channels=48, batch_size=16),
 }  # fmt: skip
 
@@ -265,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         from cosmos3_robot.scripts import bench_labels
 
         return bench_labels.main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.table != "policies":  # its options were parsed as this table's: refuse, do not run policies
+        parser.error(f"put the table first: cosmos3-robot benchmark {args.table} [options]")
     from cosmos3_robot.files import exclusive_lock
 
     v, datasets = resolve(args)  # refuse bad input before any work

@@ -137,3 +137,9 @@ def apply_threads(threads: int | None) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def success_cell(summary: dict) -> str:
+    """`eval.metrics.success_summary`'s dict as a table cell: '7/50 = 14% (7%-26%)'."""
+    lo, hi = summary["wilson95"]
+    return f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} ({lo:.0%}-{hi:.0%})"

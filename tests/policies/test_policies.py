@@ -136,27 +136,35 @@ def test_open_loop_plan_in_imagination_feeds_each_clip_its_own_actions(tiny_worl
     from cosmos3_robot.policies.learned_env import LearnedEnv
 
     env = LearnedEnv(str(tiny_world[0]), "cosmos3_robot/Reach-v0", steps=1)
+    assert env.max_steps == 50 and env.world.geometry.num_actions == 4  # Reach's 5 s at 10 Hz; the fixture
     plan = np.linspace(-1, 1, 2 * env.max_steps, dtype=np.float32).reshape(env.max_steps, 2)
     with pytest.raises(ValueError, match="success probe"):
         env.rollout_plan(3, plan)
-    g = env.world.geometry
-    ahead, seen, judged = g.num_frames - g.obs_frames, [], []
+    seen, judged = [], []
 
-    class SixthFrame:  # a probe that calls the 6th imagined frame a success
+    class Probe:  # calls the imagined frame numbered `hit` (1-based env step) a success
+        hit = 6
+
         def predict(self, world, frames):
-            judged.extend(range(len(judged), len(judged) + len(frames)))
-            return np.array([k == 5 for k in judged[-len(frames) :]])
+            start = len(judged)
+            judged.extend(range(start + 1, start + 1 + len(frames)))
+            return np.array([k == self.hit for k in judged[start:]])
 
     real_batch = env.world.clip_batch
     env.world.clip_batch = lambda texts, latents, actions, obs_frames: (
         seen.append(actions.numpy().copy())
         or real_batch(texts, latents, actions=actions, obs_frames=obs_frames)
     )
-    env.probe = SixthFrame()
+    env.probe = Probe()
     assert env.rollout_plan(3, plan) == (True, 6)
-    assert len(seen) == -(-6 // ahead)  # one forward-dynamics sample per clip of `ahead` frames
-    for k, actions in enumerate(seen):  # the plan's own next actions, not one action held
-        np.testing.assert_array_equal(actions[0], plan[k * ahead : k * ahead + g.num_actions])
+    assert len(seen) == 2 and judged == list(range(1, 9))  # clips of 4 future frames (5-frame clips)
+    np.testing.assert_array_equal(seen[0][0], plan[0:4])  # the plan's own next actions, not one held
+    np.testing.assert_array_equal(seen[1][0], plan[4:8])
+    seen.clear(), judged.clear()
+    Probe.hit = 0  # never: the whole episode, 13 clips, the last one cut to the 2 steps left
+    assert env.rollout_plan(3, plan[:45]) == (False, 50)
+    assert len(seen) == 13 and judged == list(range(1, 51))
+    np.testing.assert_array_equal(seen[11][0], np.concatenate([plan[44:45], np.zeros((3, 2), np.float32)]))
     env.close()
 
 

@@ -17,9 +17,10 @@ def error_line(capsys) -> str:
     ("argv", "message"),
     [
         (["--tasks", "cosmos3_robot/MetaWorld-nope-v3"], "unknown task 'cosmos3_robot/MetaWorld-nope-v3'; known:"),
-        (["--labelled", "7"], "--labelled 7: give 2 .. demos - 2 = 6"),
-        (["--demos", "10", "--labelled", "1"], "--labelled 1: give 2 .. demos - 2 = 8"),
-        (["--variant", "full"], "needs a frozen video VAE: --vae FOLDER"),
+        (["--labelled", "7"], "--labelled 7 does not fit 8 demonstrations: give --labelled 2 .. 6"),
+        (["--demos", "10", "--labelled", "1"], "--labelled 1 does not fit 10 demonstrations: give --labelled 2 .. 8"),
+        (["--demos", "5"], "the smoke variant's labelled count 4 does not fit 5 demonstrations"),
+        (["--variant", "full", "--arm", "act"], "the labeller (our model) needs a frozen video VAE: --vae FOLDER"),
         (["--minutes", "0.01"], "--minutes 0.01 is too small to train anything"),
     ],
 )  # fmt: skip
@@ -48,6 +49,11 @@ def test_smoke_table_end_to_end(tmp_path, capsys):
         assert [e["seed"] for e in eps] == [10_000]
     q = row["label_quality"]
     assert q["mse"] >= 0 and q["mean_action_mse"] > 0
+    assert q["frames"] == sum(
+        json.loads((out / "reach-v0" / "policy" / "meta" / "info.json").read_text())[k]
+        for k in ["total_frames"]
+    )  # every frame of the policy set is scored
+    assert row["seeds"] == {"labelled": [0, 1], "policy": [2, 3], "eval": [10_000, 10_000]}
     expected = (
         None if row["true"]["successes"] == 0 else row["labels"]["success_rate"] / row["true"]["success_rate"]
     )

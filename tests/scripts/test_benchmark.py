@@ -95,3 +95,11 @@ def test_the_metaworld_variant_names_avdcs_tasks_and_needs_a_vae(tmp_path, capsy
     out = tmp_path / "bench"
     assert main(["benchmark", "policies", "--variant", "metaworld", "--out", str(out)]) == 2
     assert "our arm needs a frozen video VAE" in error_line(capsys)
+
+
+def test_an_option_before_another_tables_name_is_refused_not_run_as_policies(tmp_path, capsys):
+    out = tmp_path / "bench"
+    for table in ("imagination", "labels"):
+        assert main(["benchmark", "--out", str(out), table]) == 2
+        assert f"put the table first: cosmos3-robot benchmark {table}" in error_line(capsys)
+    assert not out.exists()
