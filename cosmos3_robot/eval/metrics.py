@@ -23,6 +23,27 @@ def frame_psnr(pred: Tensor, target: Tensor) -> Tensor:
     return 10 * torch.log10(1.0 / mse.clamp(min=1e-10))
 
 
+FOREGROUND_TOLERANCE = 0.1  # in [0, 1] colour units: farther than this from the background is foreground
+
+
+def foreground_mask(frames: Tensor) -> Tensor:
+    """(..., 3, H, W) in [0, 1] -> bool (..., H, W): pixels whose colour differs from the frame's
+    per-channel median (its background, in a scene that is mostly floor) by more than
+    FOREGROUND_TOLERANCE in some channel."""
+    background = frames.flatten(-2).median(-1).values[..., None, None]  # (..., 3, 1, 1)
+    return ((frames - background).abs() > FOREGROUND_TOLERANCE).any(-3)
+
+
+def foreground_psnr(pred: Tensor, target: Tensor) -> float:
+    """PSNR (dB) over the foreground pixels of the targets (`foreground_mask`), all frames pooled:
+    what a frame-mean PSNR hides when the objects that matter are small."""
+    mask = foreground_mask(target.float())
+    if not bool(mask.any()):
+        raise ValueError("the frames have no foreground pixels (uniform images)")
+    err = (pred.float() - target.float()).square().mean(-3)  # (..., H, W)
+    return float(10 * torch.log10(1.0 / err[mask].mean().clamp(min=1e-10)))
+
+
 def psnr(pred: Tensor | np.ndarray, target: Tensor | np.ndarray) -> float:
     """PSNR (dB) of the whole of two uint8 images or image stacks (one MSE over every pixel, then the log)."""
     pred, target = torch.as_tensor(pred), torch.as_tensor(target)

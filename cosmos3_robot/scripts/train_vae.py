@@ -34,6 +34,9 @@ _HELP = {
     "loss": "reconstruction loss (mse or l1)",
     "kl_weight": "weight of KL(posterior || N(0, I)) per input value",
     "edge_weight": "weight of the L1 loss on image gradients",
+    "foreground_weight": "extra reconstruction weight W on foreground pixels (1 + W there, 1 elsewhere; a pixel "
+    "is foreground where it differs from its frame's median colour): small objects such as coloured targets "
+    "otherwise cost a frame-mean loss almost nothing",
     "dtype": "autocast dtype of training (bf16 is ~2x faster on AMX CPUs)",
     "holdout_episodes": "last episodes held out for evaluation",
     "max_episodes": "use only the first N episodes",

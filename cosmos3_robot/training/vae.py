@@ -10,7 +10,8 @@ What it does
     `holdout_episodes` episodes for evaluation;
   * each step draws either single frames (the VAE's image path, latent 0) or 5-frame clips (the
     causal temporal path, latent 1), `video_fraction` of the steps being clips;
-  * loss = L1 (or MSE) reconstruction + `edge_weight` · L1 of image gradients
+  * loss = L1 (or MSE) reconstruction (weighted 1 + `foreground_weight` on pixels unlike the
+    frame's background, see eval.metrics.foreground_mask) + `edge_weight` · L1 of image gradients
     + `kl_weight` · KL(posterior ‖ N(0, I)) per input value; bf16 autocast on CPU by default
     (AMX makes it ~2x faster than fp32 here; weights and optimizer stay fp32);
   * every `eval_every` steps: reconstruction PSNR of held-out 5-frame clips, fp32, deterministic;
@@ -39,6 +40,8 @@ from cosmos3_robot.encoders.vae import QUALITY_FILE, VideoVAE
 from cosmos3_robot.eval.metrics import (
     COLLAPSED_SPREAD,
     IGNORED_LATER_LATENTS,
+    foreground_mask,
+    foreground_psnr,
     frame_psnr,
     latent_spread,
     later_latent_use,
@@ -124,6 +127,19 @@ def image_gradients(x: Tensor) -> tuple[Tensor, Tensor]:
     return x[..., :, 1:] - x[..., :, :-1], x[..., 1:, :] - x[..., :-1, :]
 
 
+def reconstruction_loss(recon: Tensor, x: Tensor, loss: str, foreground_weight: float = 0.0) -> Tensor:
+    """Mean L1 / squared error of (B, 3, T, H, W) in [-1, 1]; with `foreground_weight` W a weighted
+    mean, each pixel weighted 1 + W where the input is foreground (`foreground_mask`), so the loss
+    keeps its scale while small objects count."""
+    err = recon - x
+    per_pixel = err.abs() if loss == "l1" else err.square()
+    if foreground_weight <= 0:
+        return per_pixel.mean()
+    fg = foreground_mask(((x.detach().float() + 1) / 2).transpose(1, 2)).unsqueeze(1)  # (B, 1, T, H, W)
+    w = 1 + foreground_weight * fg.float()
+    return (per_pixel * w).mean() / w.mean()
+
+
 def vae_loss(vae: VideoVAE, frames: Tensor, cfg: VAETrainConfig) -> tuple[Tensor, dict[str, float]]:
     x = vae.frames_to_input(frames)  # (B, 3, T, H, W) in [-1, 1]
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bf16")
@@ -131,8 +147,7 @@ def vae_loss(vae: VideoVAE, frames: Tensor, cfg: VAETrainConfig) -> tuple[Tensor
         posterior = vae.autoencoder.encode(x).latent_dist
         recon = vae.autoencoder.decode(posterior.sample()).sample
     recon = recon.float()
-    err = recon - x
-    rec = err.abs().mean() if cfg.loss == "l1" else err.square().mean()
+    rec = reconstruction_loss(recon, x, cfg.loss, cfg.foreground_weight)
     gx, gy = image_gradients(recon)
     tx, ty = image_gradients(x)
     edge = (gx - tx).abs().mean() + (gy - ty).abs().mean()
@@ -147,17 +162,19 @@ def evaluate_reconstruction(vae: VideoVAE, clips: Tensor, batch: int = 4) -> dic
     `latent_spread` of the clips' latents and the decoder's `later_latent_use` (None for one clip)."""
     was_training = vae.training
     vae.autoencoder.eval()
-    scores, latents = [], []
+    scores, latents, recon = [], [], []
     for i in range(0, clips.shape[0], batch):
         x = clips[i : i + batch]
         latents.append(vae.encode(x))
-        scores.append(frame_psnr(vae.decode(latents[-1]), x))  # (b, T)
+        recon.append(vae.decode(latents[-1]))
+        scores.append(frame_psnr(recon[-1], x))  # (b, T)
     vae.autoencoder.train(was_training)
     s = torch.cat(scores)
     return {
         "psnr": s.mean().item(),
         "psnr_first": s[:, 0].mean().item(),
         "psnr_rest": s[:, 1:].mean().item(),
+        "psnr_foreground": foreground_psnr(torch.cat(recon), clips),
         "latent_spread": latent_spread(torch.cat(latents)) if clips.shape[0] > 1 else None,
         "later_latent_use": later_latent_use(vae, torch.cat(latents), clips) if clips.shape[0] > 1 else None,
     }
@@ -326,7 +343,7 @@ def describe_scores(step: int, scores: dict, loss: float) -> str:
     spread, use = scores["latent_spread"], scores["later_latent_use"]
     return (
         f"step {step}: held-out PSNR {scores['psnr']:.2f} dB (first frame {scores['psnr_first']:.2f}, "
-        f"later frames {scores['psnr_rest']:.2f}), latent spread "
+        f"later frames {scores['psnr_rest']:.2f}, foreground {scores['psnr_foreground']:.2f}), latent spread "
         f"{'n/a (1 clip)' if spread is None else f'{spread:.3f}'}, later-latent use "
         f"{'n/a' if use is None else f'{use:.3f}'}, loss {loss:.4f}"
     )

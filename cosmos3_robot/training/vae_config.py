@@ -31,6 +31,7 @@ class VAETrainConfig:
     loss: str = "mse"  # "mse" or "l1"
     kl_weight: float = 1e-6
     edge_weight: float = 0.5
+    foreground_weight: float = 0.0  # extra reconstruction weight on pixels unlike the frame's background
     dtype: str = "bf16"  # autocast dtype for training: "bf16" or "fp32"
     holdout_episodes: int = 2
     max_episodes: int | None = None  # use only the first N episodes
@@ -53,7 +54,7 @@ class VAETrainConfig:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be a positive integer or unset, got {v!r}")
-        for name in ("lr", "kl_weight", "edge_weight", "video_fraction"):
+        for name in ("lr", "kl_weight", "edge_weight", "foreground_weight", "video_fraction"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
