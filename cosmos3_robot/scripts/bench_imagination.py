@@ -47,6 +47,8 @@ from cosmos3_robot.scripts.benchmark import (
     Variant,
     check_fits_env,
     train_ours,
+    vae_latent_channels,
+    write_table,
 )
 from cosmos3_robot.scripts.common import (
     HelpFormatter,
@@ -135,11 +137,7 @@ def resolve(args: argparse.Namespace) -> Imagine:
             "or give a trained state-free model with --model"
         )
     if args.vae is not None:
-        if not (args.vae / "config.json").is_file():
-            raise FileNotFoundError(
-                f"--vae {args.vae}: no VAE there (expected the vae/ folder `train-vae` writes)"
-            )
-        v.train.latent_channels = int(json.loads((args.vae / "config.json").read_text())["z_dim"])
+        v.train.latent_channels = vae_latent_channels(args.vae)
     return v
 
 
@@ -288,8 +286,5 @@ def run(args: argparse.Namespace, v: Imagine) -> int:
     summary = summarise(results)
     write_json_atomic(args.out / "results.json", {**prov, "model": str(model.resolve()), "task": task,
                       "eval_seeds": [EVAL_SEED, EVAL_SEED + v.train.episodes - 1], **summary})  # fmt: skip
-    text = table(summary)
-    (args.out / "table.md").write_text(text)
-    print(text, end="")
-    print(f"results: {args.out / 'results.json'}")
+    write_table(args.out, table(summary))
     return 0

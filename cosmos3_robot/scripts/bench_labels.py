@@ -41,6 +41,7 @@ from cosmos3_robot.scripts.benchmark import (
     slug,
     train_lerobot,
     train_ours,
+    write_table,
 )
 from cosmos3_robot.scripts.common import (
     HelpFormatter,
@@ -192,8 +193,5 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(
                 args.out / "results.json", {**prov, "variant": dataclasses.asdict(v), "rows": rows}
             )
-        text = table(rows)
-        (args.out / "table.md").write_text(text)
-        print(text, end="")
-        print(f"results: {args.out / 'results.json'}")
+        write_table(args.out, table(rows))
     return 0

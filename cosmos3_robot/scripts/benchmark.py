@@ -127,11 +127,7 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
             "only --variant smoke runs on a random one"
         )
     if args.vae is not None:
-        if not (args.vae / "config.json").is_file():
-            raise FileNotFoundError(
-                f"--vae {args.vae}: no VAE there (expected the vae/ folder `train-vae` writes)"
-            )
-        v.latent_channels = int(json.loads((args.vae / "config.json").read_text())["z_dim"])
+        v.latent_channels = vae_latent_channels(args.vae)
     datasets = {}
     for item in args.dataset:
         env, sep, root = item.partition("=")
@@ -139,6 +135,20 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
             raise ValueError(f"--dataset {item!r}: give ENV=ROOT with ENV one of the tasks {v.tasks}")
         datasets[env] = Path(root)
     return v, datasets
+
+
+def vae_latent_channels(vae: Path) -> int:
+    """The latent width of a `train-vae` folder (our model's must equal it); a missing one refused."""
+    if not (vae / "config.json").is_file():
+        raise FileNotFoundError(f"--vae {vae}: no VAE there (expected the vae/ folder `train-vae` writes)")
+    return int(json.loads((vae / "config.json").read_text())["z_dim"])
+
+
+def write_table(out: Path, text: str) -> None:
+    """A benchmark's last step: table.md beside results.json, and both on stdout."""
+    (out / "table.md").write_text(text)
+    print(text, end="")
+    print(f"results: {out / 'results.json'}")
 
 
 def check_fits_env(root: Path, env_id: str, image_size: int) -> int:
@@ -310,8 +320,5 @@ def run_benchmark(
             write_json_atomic(
                 args.out / "results.json", {**prov, "variant": dataclasses.asdict(v), "rows": rows}
             )
-    text = table(rows)
-    (args.out / "table.md").write_text(text)
-    print(text, end="")
-    print(f"results: {args.out / 'results.json'}")
+    write_table(args.out, table(rows))
     return 0
