@@ -27,6 +27,7 @@ from cosmos3_robot.encoders.vae import load_vae
 from cosmos3_robot.envs import make_env
 from cosmos3_robot.envs.reach import COLOURS
 from cosmos3_robot.eval.metrics import foreground_psnr, frame_psnr
+from cosmos3_robot.scripts.benchmark import vae_latent_channels
 
 MATCH = 40.0  # uint8 distance under which a rendered pixel is a target of that colour
 MIN_PIXELS = 20  # a target smaller than this in view is skipped (partly under the arm)
@@ -50,7 +51,7 @@ def targets(seeds: list[int]) -> tuple[np.ndarray, list[tuple[int, np.ndarray, i
 
 def score(vae_dir: str, frames: np.ndarray, found: list) -> dict:
     ref = np.array([COLOURS[n][:3] for n in COLOURS]) * 255
-    vae = load_vae(vae_dir, int(json.loads((Path(vae_dir) / "config.json").read_text())["z_dim"]))
+    vae = load_vae(vae_dir, vae_latent_channels(Path(vae_dir)))
     x = torch.from_numpy(frames).permute(0, 3, 1, 2)[:, None].float() / 255  # (N, 1, 3, H, W)
     with torch.no_grad():
         y = torch.cat([vae.decode(vae.encode(x[i : i + 8])) for i in range(0, len(x), 8)])

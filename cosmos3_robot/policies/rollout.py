@@ -95,11 +95,16 @@ class WorldModelPolicy:
         return action
 
 
+def start_episode(policy: Policy, seed: int) -> None:
+    """Reset `policy` for the episode with env seed `seed`; a stochastic policy draws from that seed."""
+    policy.reset()
+    if callable(getattr(policy, "seed", None)):
+        policy.seed(seed)
+
+
 def run_episode(env, policy: Policy, seed: int) -> Episode:
     obs, info = env.reset(seed=seed)
-    policy.reset()
-    if callable(getattr(policy, "seed", None)):  # a stochastic policy draws per episode from the env seed
-        policy.seed(seed)
+    start_episode(policy, seed)
     task = env.unwrapped.task
     frames, actions = [obs["pixels"]], []
     done, success, ret = False, False, 0.0

@@ -186,22 +186,27 @@ def prepare_model(args: argparse.Namespace, v: Imagine, progress: bool) -> Path:
 
 def plan_of(policy, seed: int, steps: int, task: str) -> np.ndarray:
     """The (steps, A) actions an observation-free policy takes in the episode with env seed `seed`."""
-    policy.reset()
-    if callable(getattr(policy, "seed", None)):
-        policy.seed(seed)
+    from cosmos3_robot.policies.rollout import start_episode
+
+    start_episode(policy, seed)
     return np.stack([policy.act({}, task) for _ in range(steps)])
 
 
-def run_policy(name: str, policy, real, learned, episodes: int, folder: Path) -> dict[str, list[dict]]:
-    """Episodes 0..episodes-1 of one policy in both simulators; finished ones are read back. The real
-    env steps it closed loop; imagination rolls out its plan a clip at a time (`rollout_plan`)."""
+def run_policy(
+    name: str, policy, real, learned, episodes: int, folder: Path, log: dict[Path, list[dict]]
+) -> dict[str, list[dict]]:
+    """Episodes 0..episodes-1 of one policy in both simulators. The real env steps it closed loop;
+    imagination rolls out its plan a clip at a time (`rollout_plan`). `log` holds every episodes file
+    of the run: one an earlier run finished is read back once, then kept here as it grows."""
     from cosmos3_robot.policies.rollout import run_episode
 
     done: dict[str, list[dict]] = {}
     folder.mkdir(parents=True, exist_ok=True)
     for sim in ("real", "imagined"):
         path = folder / f"{name}.{sim}.json"
-        eps = json.loads(path.read_text())["episodes"] if path.exists() else []
+        if path not in log:
+            log[path] = json.loads(path.read_text())["episodes"] if path.exists() else []
+        eps = log[path]
         for e in range(len(eps), episodes):
             seed = EVAL_SEED + e
             if sim == "real":
@@ -271,12 +276,12 @@ def run(args: argparse.Namespace, v: Imagine) -> int:
     learned = LearnedEnv(str(model), task, steps=v.steps)  # refuses a state-conditioned model
     g = learned.world.geometry
     real = make_env(task, image_size=g.image_size, control_hz=int(g.fps))
-    results, policy_set = {}, policies(v, task, g.image_size, int(g.fps))
+    results, log, policy_set = {}, {}, policies(v, task, g.image_size, int(g.fps))
     try:
         print(f"[{task}] {len(policy_set)} policies, {v.train.episodes} episodes each in each simulator ...")
         for upto in range(1, v.train.episodes + 1):  # in rounds: a stopped run holds every policy equally far
             for name, policy in policy_set.items():
-                results[name] = run_policy(name, policy, real, learned, upto, args.out / "episodes")
+                results[name] = run_policy(name, policy, real, learned, upto, args.out / "episodes", log)
             if progress or upto % 10 == 0 or upto == v.train.episodes:
                 print(f"[{task}] episode {upto}/{v.train.episodes} of every policy done", flush=True)
     finally:
