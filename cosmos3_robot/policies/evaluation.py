@@ -55,8 +55,11 @@ def load_clips(world: WorldModel, root: str, episodes: list[int] | None = None, 
     if episodes is None:
         episodes = details.get("split", {}).get("val") or None
     image_key = details.get("data_config", {}).get("image_key", "observation.image")
+    state_key = world.state.key if world.needs_state else "observation.state"
     ds = ClipDataset(
-        ClipDatasetConfig(repo_id=repo_id, root=root, spec=spec, episodes=episodes, image_key=image_key)
+        ClipDatasetConfig(
+            repo_id=repo_id, root=root, spec=spec, episodes=episodes, image_key=image_key, state_key=state_key
+        )
     )
     if ds.fps != world.geometry.fps:
         raise ValueError(

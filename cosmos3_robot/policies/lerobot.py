@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from cosmos3_robot.policies.rollout import Chunk
+from cosmos3_robot.processors.data_state import OBS_KEYS
 
 SUPPORTED = ("act", "diffusion")
-OBS_KEYS = {"observation.image": "pixels", "observation.state": "agent_pos",
-            "observation.environment_state": "environment_state"}  # fmt: skip
 
 
 class LeRobotPolicy:

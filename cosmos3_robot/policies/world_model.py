@@ -21,7 +21,7 @@ from cosmos3_robot.infra.cpu_pack import pack_for_cpu
 from cosmos3_robot.interop.checkpoint import load_model
 from cosmos3_robot.model import MoT
 from cosmos3_robot.processors.actions import ActionTransform, pad_actions
-from cosmos3_robot.processors.data_state import DataState
+from cosmos3_robot.processors.data_state import OBS_KEYS, DataState
 from cosmos3_robot.processors.frames import resize_frames, to_uint8
 from cosmos3_robot.processors.geometry import ClipGeometry
 from cosmos3_robot.processors.tokenizers import load_tokenizer
@@ -187,8 +187,14 @@ class WorldModel:
         """Whether policy and forward dynamics are conditioned on proprioceptive state."""
         return self.state is not None
 
+    @property
+    def state_obs_key(self) -> str | None:
+        """The env observation key the model's state comes from (`agent_pos` for `observation.state`,
+        `environment_state` for `observation.environment_state`); None when not state-conditioned."""
+        return None if self.state is None else OBS_KEYS.get(self.state.key, self.state.key)
+
     def state_batch(self, state, batch: int) -> tuple[Tensor, Tensor]:
-        """Raw state (B, S) at the observed frame (env units, e.g. `obs["agent_pos"]`) -> normalised
+        """Raw state (B, S) at the observed frame (env units, `obs[self.state_obs_key]`) -> normalised
         (B, 1, width) and its time (B, 1)."""
         want = (batch, self.state.dim)
         s = raw_input(state, want, "state", f"(batch, state dims) = {want} (the model was trained on "
@@ -244,7 +250,7 @@ class WorldModel:
         if self.needs_state and state is None:
             raise ValueError(
                 f"this model is conditioned on proprioceptive state ({self.state.key}, {self.state.dim} dims): "
-                f"{what} needs it (an env observation's 'agent_pos')"
+                f"{what} needs it (an env observation's {self.state_obs_key!r})"
             )
 
     def raw_actions(self, normalised: Tensor) -> np.ndarray:

@@ -15,6 +15,9 @@ from typing import Any
 from cosmos3_robot.processors.geometry import ClipGeometry
 
 FORMAT_VERSION = 1
+# Dataset key (LeRobot's names, as `record` writes them) -> the env observation key it comes from.
+OBS_KEYS = {"observation.image": "pixels", "observation.state": "agent_pos",
+            "observation.environment_state": "environment_state"}  # fmt: skip
 
 
 @dataclass(frozen=True)

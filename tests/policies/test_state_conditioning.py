@@ -149,3 +149,32 @@ def test_a_state_model_is_no_learned_simulator_and_needs_a_wide_enough_state(sta
     model, vit = build_model(cfg)
     with pytest.raises(ValueError, match=r"'observation.state' has 4 dims .* model.state_dim=4"):
         build_data(cfg, model.config, vit)
+
+
+def test_a_model_on_the_environment_state_reads_that_observation(state_world, tmp_path):
+    """`data.state_key` chooses what the state token carries (here the simulator's own state, as a
+    privileged diagnostic); the policy then reads the env observation recorded under that key."""
+    from cosmos3_robot.scripts.train import build_data
+    from cosmos3_robot.training.trainer import Trainer, build_model
+
+    _, _, root, _ = state_world
+    cfg = compose_state(tmp_path / "env_state", root, "+data.options.state_key=observation.environment_state")
+    model, vit = build_model(cfg)
+    data = build_data(cfg, model.config, vit)
+    sample = data.ds[int(data.train_idx[0])]
+    frames = pd.concat(pd.read_parquet(p) for p in sorted(Path(root, "data").rglob("*.parquet")))
+    row = frames[
+        (frames.episode_index == sample["episode_index"]) & (frames.frame_index == sample["frame_index"])
+    ]
+    np.testing.assert_allclose(
+        sample["state"][0].numpy(), row["observation.environment_state"].iloc[0], rtol=1e-6
+    )
+    world = WorldModel.from_folder(Trainer(cfg, data, model=model, vit=vit).fit()["model"])
+    assert world.state.key == "observation.environment_state" and world.state.dim == 6
+    assert world.state_obs_key == "environment_state"
+    runner = PolicyRunner(world, execute=2, sampling=SamplingConfig(steps=2))
+    pixels = np.zeros((32, 32, 3), np.uint8)
+    with pytest.raises(ValueError, match="needs 'environment_state'"):
+        runner.act({"pixels": pixels, "agent_pos": np.zeros(4, np.float32)}, "reach")
+    a = runner.act({"pixels": pixels, "environment_state": np.zeros(6, np.float32)}, "reach")
+    assert a.shape == (2,) and np.isfinite(a).all()
