@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from cosmos3_robot.datasets.sources import open_lerobot_dataset, open_lerobot_metadata
-from cosmos3_robot.processors.normalize import Normalizer
+from cosmos3_robot.processors.normalize import Normalizer, joined_stats, key_parts
 
 
 class ClipReadError(ValueError):
@@ -97,7 +97,7 @@ class ClipDatasetConfig:
     spec: ClipSpec = field(default_factory=ClipSpec)
     episodes: list[int] | None = None
     image_key: str = "observation.image"
-    state_key: str = "observation.state"
+    state_key: str = "observation.state"  # or joined: "observation.state+observation.environment_state"
     action_key: str = "action"
     env_state_key: str = "observation.environment_state"  # used when present
     normalize: bool = False  # normalise state/action with `ClipDataset.normalizer`
@@ -141,7 +141,8 @@ class ClipDataset(torch.utils.data.Dataset):
         self._check_videos(meta)
 
         delta = {cfg.image_key: [k * self.frame_step / self.fps for k in range(spec.num_frames)]}
-        delta[cfg.state_key] = delta[cfg.image_key]
+        for part in key_parts(cfg.state_key):
+            delta[part] = delta[cfg.image_key]
         if self.has_env_state:
             delta[cfg.env_state_key] = delta[cfg.image_key]
         if spec.num_actions > 0:
@@ -172,7 +173,7 @@ class ClipDataset(torch.utils.data.Dataset):
             )
         self.normalizer = (
             Normalizer.from_lerobot_stats(
-                meta.stats,
+                joined_stats(meta.stats, cfg.state_key),
                 {cfg.state_key: "mean_std", cfg.action_key: "mean_std", **cfg.norm_modes},
             )
             if meta.stats
@@ -185,7 +186,9 @@ class ClipDataset(torch.utils.data.Dataset):
     # ---- validation ----------------------------------------------------------------------------
     def _check_keys(self, meta) -> None:
         cfg = self.config
-        required = [cfg.image_key, cfg.state_key] + ([cfg.action_key] if cfg.spec.num_actions > 0 else [])
+        required = [cfg.image_key, *key_parts(cfg.state_key)] + (
+            [cfg.action_key] if cfg.spec.num_actions > 0 else []
+        )
         for key in required:
             if key not in meta.features:
                 raise ValueError(
@@ -232,7 +235,7 @@ class ClipDataset(torch.utils.data.Dataset):
 
     def _check_finite(self, table) -> None:
         cfg = self.config
-        keys = [cfg.state_key] + ([cfg.action_key] if cfg.spec.num_actions > 0 else [])
+        keys = key_parts(cfg.state_key) + ([cfg.action_key] if cfg.spec.num_actions > 0 else [])
         for key in keys:
             col = table.column(key).combine_chunks()
             values = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -300,11 +303,8 @@ class ClipDataset(torch.utils.data.Dataset):
 
     def _windows(self) -> list[tuple[str, int, int]]:
         cfg, spec = self.config, self.config.spec
-        out = [
-            (cfg.image_key, self.frame_step, spec.num_frames),
-            (cfg.state_key, self.frame_step, spec.num_frames),
-        ]
-        if self.has_env_state:
+        out = [(key, self.frame_step, spec.num_frames) for key in [cfg.image_key, *key_parts(cfg.state_key)]]
+        if self.has_env_state and cfg.env_state_key not in key_parts(cfg.state_key):
             out.append((cfg.env_state_key, self.frame_step, spec.num_frames))
         if spec.num_actions > 0:
             out.append((cfg.action_key, self.action_step, spec.num_actions))
@@ -333,7 +333,7 @@ class ClipDataset(torch.utils.data.Dataset):
     def _sample(self, item: dict[str, Any], i: int) -> dict[str, Any]:
         """The clip's keys from a LeRobot item (every key but `video`)."""
         cfg = self.config
-        state = item[cfg.state_key].float()
+        state = torch.cat([item[part].float() for part in key_parts(cfg.state_key)], dim=-1)
         out: dict[str, Any] = {
             "video_time": self.video_time.clone(),
             "video_valid": ~item[f"{cfg.image_key}_is_pad"],

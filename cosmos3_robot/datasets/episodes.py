@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from cosmos3_robot.processors.frames import resize_frames, to_uint8
+from cosmos3_robot.processors.normalize import key_parts
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov", ".avi")
 
@@ -57,7 +58,8 @@ class Source:
 
     @property
     def has_state(self) -> bool:
-        return self.dataset is not None and self.state_key in self.dataset.meta.features
+        features = self.dataset.meta.features if self.dataset is not None else {}
+        return self.dataset is not None and all(k in features for k in key_parts(self.state_key))
 
 
 def open_source(path: str | Path, image_key: str = "observation.image", repo_id: str | None = None) -> Source:
@@ -118,9 +120,13 @@ def iter_lerobot_episodes(
 
 
 def episode_column(dataset: Any, key: str, lo: int, hi: int) -> np.ndarray:
-    col = dataset.hf_dataset.data.column(key).combine_chunks()
-    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
-    return flat.reshape(len(col), -1)[lo:hi]
+    """Rows lo..hi of a numeric column (T, D) float32; a joined key ("a+b") concatenates its parts."""
+    out = []
+    for part in key_parts(key):
+        col = dataset.hf_dataset.data.column(part).combine_chunks()
+        flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+        out.append(flat.reshape(len(col), -1)[lo:hi])
+    return np.concatenate(out, axis=-1)
 
 
 def _video_file(path: Path) -> tuple[np.ndarray, float]:

@@ -34,8 +34,8 @@ class SamplingConfig:
         make_sampler(self.sampler)  # validates the name
 
 
-def check_obs(obs: dict, task: str, state_key: str | None = None) -> None:
-    """Raise, in the caller's terms, unless `obs` is an env observation with pixels (and `state_key`,
+def check_obs(obs: dict, task: str, state_keys: list[str] = ()) -> None:
+    """Raise, in the caller's terms, unless `obs` is an env observation with pixels (and `state_keys`,
     e.g. `agent_pos`, for a state-conditioned model) and `task` a text."""
     if not isinstance(obs, dict) or "pixels" not in obs:
         keys = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
@@ -47,10 +47,11 @@ def check_obs(obs: dict, task: str, state_key: str | None = None) -> None:
         raise ValueError(
             f"obs['pixels'] must be one RGB image (H, W, 3) uint8, as the env renders it; got shape {shape}"
         )
-    if state_key is not None and state_key not in obs:
+    missing = [k for k in state_keys if k not in obs]
+    if missing:
         raise ValueError(
-            f"this model is conditioned on state: obs needs {state_key!r} (the env observation its "
-            f"training data recorded), got keys {sorted(obs)}"
+            f"this model is conditioned on state: obs needs {', '.join(map(repr, missing))} (the env "
+            f"observation its training data recorded), got keys {sorted(obs)}"
         )
     if not isinstance(task, str):
         raise ValueError(f"task must be the instruction text (a str), got {task!r}")
@@ -150,11 +151,10 @@ class PolicyRunner:
         return frames.permute(0, 2, 3, 1).numpy()
 
     def act(self, obs: dict, task: str) -> np.ndarray:
-        key = self.world.state_obs_key
-        check_obs(obs, task, key)
+        check_obs(obs, task, self.world.state_obs_keys)
         if self.needs_plan():
             t0 = time.perf_counter()
-            chunk = self.plan(obs["pixels"], task, None if key is None else obs[key])
+            chunk = self.plan(obs["pixels"], task, self.world.obs_state(obs))
             self.last_plan_ms = (time.perf_counter() - t0) * 1e3
             self.add_plan(chunk)
         return self.next_action()

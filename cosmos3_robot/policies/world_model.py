@@ -24,6 +24,7 @@ from cosmos3_robot.processors.actions import ActionTransform, pad_actions
 from cosmos3_robot.processors.data_state import OBS_KEYS, DataState
 from cosmos3_robot.processors.frames import resize_frames, to_uint8
 from cosmos3_robot.processors.geometry import ClipGeometry
+from cosmos3_robot.processors.normalize import key_parts
 from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks import ClipBatch
 
@@ -188,13 +189,21 @@ class WorldModel:
         return self.state is not None
 
     @property
-    def state_obs_key(self) -> str | None:
-        """The env observation key the model's state comes from (`agent_pos` for `observation.state`,
-        `environment_state` for `observation.environment_state`); None when not state-conditioned."""
-        return None if self.state is None else OBS_KEYS.get(self.state.key, self.state.key)
+    def state_obs_keys(self) -> list[str]:
+        """The env observation keys the model's state comes from, concatenated in this order
+        (`agent_pos` for `observation.state`, `environment_state` for `observation.environment_state`,
+        both for the joined key); [] when not state-conditioned."""
+        return [] if self.state is None else [OBS_KEYS.get(k, k) for k in key_parts(self.state.key)]
+
+    def obs_state(self, obs: dict) -> np.ndarray | None:
+        """The raw state (S,) of one env observation (its `state_obs_keys` concatenated); None when not
+        state-conditioned. The caller checks the keys are there (`runners.check_obs`)."""
+        if self.state is None:
+            return None
+        return np.concatenate([np.asarray(obs[k], dtype=np.float32).reshape(-1) for k in self.state_obs_keys])
 
     def state_batch(self, state, batch: int) -> tuple[Tensor, Tensor]:
-        """Raw state (B, S) at the observed frame (env units, `obs[self.state_obs_key]`) -> normalised
+        """Raw state (B, S) at the observed frame (env units, `self.obs_state(obs)`) -> normalised
         (B, 1, width) and its time (B, 1)."""
         want = (batch, self.state.dim)
         s = raw_input(state, want, "state", f"(batch, state dims) = {want} (the model was trained on "
@@ -250,7 +259,7 @@ class WorldModel:
         if self.needs_state and state is None:
             raise ValueError(
                 f"this model is conditioned on proprioceptive state ({self.state.key}, {self.state.dim} dims): "
-                f"{what} needs it (an env observation's {self.state_obs_key!r})"
+                f"{what} needs it (an env observation's {' + '.join(map(repr, self.state_obs_keys))})"
             )
 
     def raw_actions(self, normalised: Tensor) -> np.ndarray:

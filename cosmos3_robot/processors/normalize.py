@@ -6,6 +6,9 @@
 
 It lives next to the weights, never inside the model (STYLE.md: saveable transforms).
 Works on numpy arrays and torch tensors of shape (..., D).
+
+A joined key, `"observation.state+observation.environment_state"`, names the concatenation of its
+parts along the last axis (`key_parts`); `joined_stats` gives it the parts' statistics side by side.
 """
 
 from __future__ import annotations
@@ -18,6 +21,35 @@ from typing import Any
 import numpy as np
 
 MODES = ("mean_std", "min_max", "identity")
+KEY_JOIN = "+"
+
+
+def key_parts(key: str) -> list[str]:
+    """The dataset keys a (possibly joined) key concatenates, in order: "a+b" -> ["a", "b"]."""
+    parts = key.split(KEY_JOIN)
+    if not all(parts) or len(set(parts)) != len(parts):
+        raise ValueError(
+            f"key {key!r}: a joined key lists distinct dataset keys separated by {KEY_JOIN!r}, "
+            "e.g. 'observation.state+observation.environment_state'"
+        )
+    return parts
+
+
+def joined_stats(stats: dict[str, dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """LeRobot `meta.stats` plus an entry for a joined `key`: its parts' mean/std/min/max concatenated
+    (each part keeps its own statistics). A plain key returns `stats` as it is."""
+    parts = key_parts(key)
+    if len(parts) == 1:
+        return stats
+    missing = [p for p in parts if p not in stats]
+    if missing:
+        raise ValueError(f"no stats for {missing} (of {key!r}); the dataset has stats for {sorted(stats)}")
+    names = ("mean", "std", "min", "max")
+    joined = {
+        n: np.concatenate([np.asarray(stats[p][n], dtype=np.float64).reshape(-1) for p in parts])
+        for n in names
+    }
+    return {**stats, key: joined}
 
 
 @dataclass

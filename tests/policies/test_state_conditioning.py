@@ -151,30 +151,59 @@ def test_a_state_model_is_no_learned_simulator_and_needs_a_wide_enough_state(sta
         build_data(cfg, model.config, vit)
 
 
-def test_a_model_on_the_environment_state_reads_that_observation(state_world, tmp_path):
-    """`data.state_key` chooses what the state token carries (here the simulator's own state, as a
-    privileged diagnostic); the policy then reads the env observation recorded under that key."""
+@pytest.mark.parametrize(
+    "key, obs_keys",
+    [
+        ("observation.environment_state", ["environment_state"]),
+        ("observation.state+observation.environment_state", ["agent_pos", "environment_state"]),
+    ],
+)
+def test_the_state_token_carries_the_keys_it_is_given(state_world, tmp_path, key, obs_keys):
+    """`data.state_key` chooses what the state token carries: the simulator's own state (a privileged
+    diagnostic), or several recorded keys joined by '+', concatenated in that order, each normalised
+    by its own statistics. The policy then reads the matching env observations."""
     from cosmos3_robot.scripts.train import build_data
     from cosmos3_robot.training.trainer import Trainer, build_model
 
     _, _, root, _ = state_world
-    cfg = compose_state(tmp_path / "env_state", root, "+data.options.state_key=observation.environment_state")
+    parts = key.split("+")
+    frames = pd.concat(pd.read_parquet(p) for p in sorted(Path(root, "data").rglob("*.parquet")))
+    raw = {p: np.stack(frames[p].to_numpy()) for p in parts}
+    dims = {p: raw[p].shape[1] for p in parts}
+    width = sum(dims.values())
+    cfg = compose_state(tmp_path / "run", root, f"+data.options.state_key={key}", f"model.state_dim={width}")
     model, vit = build_model(cfg)
     data = build_data(cfg, model.config, vit)
-    sample = data.ds[int(data.train_idx[0])]
-    frames = pd.concat(pd.read_parquet(p) for p in sorted(Path(root, "data").rglob("*.parquet")))
-    row = frames[
-        (frames.episode_index == sample["episode_index"]) & (frames.frame_index == sample["frame_index"])
-    ]
-    np.testing.assert_allclose(
-        sample["state"][0].numpy(), row["observation.environment_state"].iloc[0], rtol=1e-6
-    )
+    for idx in data.train_idx[:3]:
+        sample = data.ds[int(idx)]
+        row = (frames.episode_index == sample["episode_index"]) & (
+            frames.frame_index == sample["frame_index"]
+        )
+        want_raw = np.concatenate([raw[p][row.to_numpy()][0] for p in parts])
+        np.testing.assert_allclose(sample["state"][0].numpy(), want_raw, rtol=1e-6)
+        want = np.concatenate([(raw[p][row.to_numpy()][0] - raw[p].mean(0)) / raw[p].std(0) for p in parts])
+        np.testing.assert_allclose(data.robot_batch([sample]).state[0, 0].numpy(), want, rtol=1e-3, atol=1e-3)
     world = WorldModel.from_folder(Trainer(cfg, data, model=model, vit=vit).fit()["model"])
-    assert world.state.key == "observation.environment_state" and world.state.dim == 6
-    assert world.state_obs_key == "environment_state"
+    assert world.state.key == key and world.state.dim == width
+    assert world.state_obs_keys == obs_keys
     runner = PolicyRunner(world, execute=2, sampling=SamplingConfig(steps=2))
-    pixels = np.zeros((32, 32, 3), np.uint8)
+    obs = {"pixels": np.zeros((32, 32, 3), np.uint8), "agent_pos": np.zeros(4, np.float32)}
     with pytest.raises(ValueError, match="needs 'environment_state'"):
-        runner.act({"pixels": pixels, "agent_pos": np.zeros(4, np.float32)}, "reach")
-    a = runner.act({"pixels": pixels, "environment_state": np.zeros(6, np.float32)}, "reach")
+        runner.act(obs, "reach")
+    a = runner.act({**obs, "environment_state": np.zeros(6, np.float32)}, "reach")
     assert a.shape == (2,) and np.isfinite(a).all()
+
+
+def test_a_joined_state_key_names_distinct_keys_with_statistics():
+    from cosmos3_robot.processors.normalize import joined_stats, key_parts
+
+    assert key_parts("a+b") == ["a", "b"]
+    for bad in ("a++b", "a+a", "+a"):
+        with pytest.raises(ValueError, match="distinct dataset keys"):
+            key_parts(bad)
+    stats = {
+        k: {n: np.full(2, v) for n in ("mean", "std", "min", "max")} for k, v in (("a", 1.0), ("b", 2.0))
+    }
+    np.testing.assert_array_equal(joined_stats(stats, "b+a")["b+a"]["mean"], [2, 2, 1, 1])
+    with pytest.raises(ValueError, match=r"no stats for \['c'\]"):
+        joined_stats(stats, "a+c")

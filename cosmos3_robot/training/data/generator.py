@@ -38,7 +38,7 @@ from cosmos3_robot.processors.geometry import (
     latent_frame_times,
     num_latent_frames,
 )
-from cosmos3_robot.processors.normalize import Normalizer
+from cosmos3_robot.processors.normalize import Normalizer, joined_stats, key_parts
 from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks.base import ClipBatch
 from cosmos3_robot.training.data.common import (
@@ -189,13 +189,15 @@ class GeneratorData:
         )
 
     def _normalizer(self, meta, key: str, mode: str) -> Normalizer:
-        """The dataset's own statistics for `key` (LeRobot's meta/stats.json)."""
-        if not meta.stats or key not in meta.stats:
-            raise ValueError(f"dataset {self.name}: no statistics for key {key!r} in meta/stats.json")
-        return Normalizer.from_lerobot_stats(meta.stats, {key: mode})
+        """The dataset's own statistics for `key` (LeRobot's meta/stats.json; a joined key's parts side by side)."""
+        missing = [part for part in key_parts(key) if not meta.stats or part not in meta.stats]
+        if missing:
+            raise ValueError(f"dataset {self.name}: no statistics for key(s) {missing} in meta/stats.json")
+        return Normalizer.from_lerobot_stats(joined_stats(meta.stats, key), {key: mode})
 
     def _state_transform(self, meta) -> ActionTransform:
-        """This dataset's `observation.state` statistics (mean/std), padded to the model's state width."""
+        """This dataset's statistics (mean/std) of `state_key` (`observation.state`, or a joined key such
+        as `observation.state+observation.environment_state`), padded to the model's state width."""
         cfg, width = self.cfg, self.model_cfg.state_dim
         key = cfg.state_key
         if self.action_transform is None:
@@ -203,11 +205,13 @@ class GeneratorData:
                 "a state-conditioned model (model.state_dim set) conditions robot clips with actions; "
                 "set num_actions > 0, or train without state (model.state_dim=null)"
             )
-        require_feature(
-            meta, self.name, key, "a state-conditioned model (model.state_dim set)",
-            "record the dataset with its proprioceptive state, or train without state (model.state_dim=null)",
-        )  # fmt: skip
-        dim = int(np.prod(meta.features[key]["shape"]))
+        parts = key_parts(key)
+        for part in parts:
+            require_feature(
+                meta, self.name, part, "a state-conditioned model (model.state_dim set)",
+                "record the dataset with its proprioceptive state, or train without state (model.state_dim=null)",
+            )  # fmt: skip
+        dim = sum(int(np.prod(meta.features[part]["shape"])) for part in parts)
         if dim > width:
             raise ValueError(
                 f"dataset {self.name}: {key!r} has {dim} dims but the model's state width is "
