@@ -81,9 +81,13 @@ class LeRobotPolicy:
     @torch.no_grad()
     def act(self, obs: dict, task: str) -> np.ndarray:
         batch = {"task": task}
-        for key, ours in OBS_KEYS.items():
-            if key not in self.policy.config.input_features:
-                continue
+        wanted = {key: ours for key, ours in OBS_KEYS.items() if key in self.policy.config.input_features}
+        missing = [ours for ours in wanted.values() if ours not in obs]
+        if missing:
+            raise ValueError(
+                f"this LeRobot policy reads {sorted(wanted)}: obs needs {missing}, got keys {sorted(obs)}"
+            )
+        for key, ours in wanted.items():
             value = torch.as_tensor(np.asarray(obs[ours]))
             if key == "observation.image":
                 value = value.permute(2, 0, 1).float() / 255.0

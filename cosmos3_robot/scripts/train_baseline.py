@@ -4,8 +4,8 @@ or wall-clock budget, so that it can be compared with our model at equal data an
     cosmos3-robot train-baseline --kind act --root data/reach --out runs/act --minutes 15
     cosmos3-robot rollout --policy lerobot:runs/act/model --env cosmos3_robot/Reach-v0 --out runs/act/rollout
 
-Reads the camera and the proprioceptive state (never the privileged environment state), random
-initialisation (nothing is downloaded). Writes --out: `model/` (a LeRobot checkpoint, as
+Reads the camera and the proprioceptive state (the simulator's own state too only with
+--environment-state, a privileged diagnostic), random initialisation (nothing is downloaded). Writes --out: `model/` (a LeRobot checkpoint, as
 `lerobot-train` saves one), `train_log.json` (steps, seconds, seconds per step, loss) and
 `train_state.pt` (resume: the same command continues). See cosmos3_robot/training/lerobot_baseline.py.
 """
@@ -35,12 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--execute", type=int, default=5, help="actions executed per chunk (n_action_steps)")
     p.add_argument("--seed", type=int, default=0, help="init and shuffling seed")
+    p.add_argument(
+        "--environment-state",
+        action="store_true",
+        help="also read the simulator's own state (observation.environment_state): privileged, for diagnostics",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_threads_option(p)
     args = p.parse_args(argv)
     apply_threads(args.threads)
     cfg = BaselineConfig(kind=args.kind, root=args.root, out=args.out, steps=args.steps, minutes=args.minutes,
-                         batch_size=args.batch_size, chunk=args.chunk, execute=args.execute, seed=args.seed)  # fmt: skip
+                         batch_size=args.batch_size, chunk=args.chunk, execute=args.execute, seed=args.seed,
+                         environment_state=args.environment_state)  # fmt: skip
     summary = train_baseline(cfg, progress=not args.no_progress)
     print(
         json.dumps(

@@ -6,7 +6,9 @@ step or wall-clock budget: the baselines of `benchmarks/` (issue 20).
 
 Random initialisation everywhere (`pretrained_backbone_weights=None`: nothing can be downloaded).
 Inputs are the camera (`observation.image`) and the proprioceptive state (`observation.state`), the
-same observations our state-conditioned policy reads; never the privileged environment state.
+same observations our state-conditioned policy reads; the simulator's own state
+(`observation.environment_state`) only when `environment_state` is set, for the privileged-state
+comparison (ACT and Diffusion Policy read it natively, as in LeRobot's PushT keypoints setting).
 Delta timestamps, normalisation and the optimiser are LeRobot's own for each policy type (its
 `resolve_delta_timestamps`, `make_pre_post_processors`, `get_optim_params` and the config's learning
 rate / weight decay), so the baseline is the one a LeRobot user would train, at CPU-sized settings
@@ -45,6 +47,7 @@ class BaselineConfig:
     seed: int = 0
     save_every: int = 200
     episodes: list[int] | None = None  # training episodes (default: all)
+    environment_state: bool = False  # also read observation.environment_state (privileged)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -68,10 +71,16 @@ def policy_config(cfg: BaselineConfig, meta):
     from lerobot.utils.feature_utils import dataset_to_policy_features
 
     feats = dataset_to_policy_features(meta.features)
-    missing = [k for k in ("observation.image", "observation.state", "action") if k not in feats]
+    keys = ["observation.image", "observation.state"] + (
+        ["observation.environment_state"] * cfg.environment_state
+    )
+    missing = [k for k in [*keys, "action"] if k not in feats]
     if missing:
-        raise ValueError(f"dataset {cfg.root} lacks {missing}; a baseline reads the camera and the state")
-    inputs = {k: f for k, f in feats.items() if k in ("observation.image", "observation.state")}
+        raise ValueError(
+            f"dataset {cfg.root} lacks {missing}; a baseline reads the camera and the state"
+            + (" (and the environment state: drop --environment-state)" if cfg.environment_state else "")
+        )
+    inputs = {k: f for k, f in feats.items() if k in keys}
     outputs = {k: f for k, f in feats.items() if f.type == FeatureType.ACTION}
     common = dict(input_features=inputs, output_features=outputs, device="cpu", push_to_hub=False,
                   pretrained_backbone_weights=None)  # fmt: skip

@@ -76,3 +76,24 @@ def test_bad_settings_are_named(kw, match):
     base = dict(kind="act", root="x", out="y", steps=1)
     with pytest.raises(ValueError, match=match):
         BaselineConfig(**{**base, **kw})
+
+
+def test_act_on_the_environment_state_reads_it_at_rollout(tiny_world, tmp_path):
+    """`environment_state=True` (the privileged comparison) adds observation.environment_state to
+    ACT's inputs; its rollout then needs the env observation of that name."""
+    from cosmos3_robot.policies.lerobot import LeRobotPolicy
+
+    _, root, _ = tiny_world
+    out = tmp_path / "act_env"
+    cfg = BaselineConfig(kind="act", root=str(root), out=str(out), batch_size=2, chunk=4, execute=2,
+                         steps=1, environment_state=True)  # fmt: skip
+    train_baseline(cfg, progress=False)
+    policy = LeRobotPolicy.from_folder(out / "model")
+    assert set(policy.policy.config.input_features) == {
+        "observation.image", "observation.state", "observation.environment_state"
+    }  # fmt: skip
+    obs = {"pixels": np.zeros((32, 32, 3), np.uint8), "agent_pos": np.zeros(4, np.float32)}
+    with pytest.raises(ValueError, match=r"obs needs \['environment_state'\]"):
+        policy.act(obs, "reach")
+    action = policy.act({**obs, "environment_state": np.zeros(6, np.float32)}, "reach")
+    assert action.shape == (2,) and np.isfinite(action).all()
