@@ -5,20 +5,40 @@
 # proprioception, on a seeded random VAE (the frames then carry no trained features), the same 150
 # noisy-expert Reach episodes at 128 px and the same training settings as `benchmark policies`; then
 # `rollout` on the 50 held-out seeds 10000..10049. Resumable (train resumes, rollout keeps episodes).
-# Usage: privileged_state.sh DATA_DIR [MINUTES]
+# ARM picks the state token: `environment` (the simulator's state, above), `full` (joint positions and
+# velocities followed by the simulator's state: everything the task needs), or `proprio` (joint
+# positions and velocities alone: the control arm, which must find the goal in the frames), or
+# `act_full` (LeRobot ACT on camera + joints + the simulator's state, `train-baseline
+# --environment-state`, the same minutes, batch 8, chunk 10, execute 5: the baseline for `full`).
+# Usage: privileged_state.sh DATA_DIR [MINUTES] [ARM]
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=$(realpath "${1:-data}")
 MINUTES=${2:-15}
 CLI=$REPO/.venv/bin/cosmos3-robot
-OUT=$DATA/privileged
+ARM=${3:-environment}
+case $ARM in
+  environment) KEY=observation.environment_state DIM=6 OUT=$DATA/privileged ;;
+  full) KEY=observation.state+observation.environment_state DIM=10 OUT=$DATA/privileged_full ;;
+  proprio) KEY=observation.state DIM=4 OUT=$DATA/privileged_proprio ;;
+  act_full) OUT=$DATA/privileged_act_full ;;
+  *) echo "ARM must be environment, full, proprio or act_full, got '$ARM'" >&2; exit 2 ;;
+esac
 export MUJOCO_GL=egl HF_HUB_OFFLINE=1
-$CLI train model=sim-small model.latent_channels=48 model.state_dim=6 minutes="$MINUTES" steps=1000000 \
+if [ "$ARM" = act_full ]; then
+  $CLI train-baseline --kind act --root "$DATA/reach128" --out "$OUT" --minutes "$MINUTES" --batch-size 8 \
+    --chunk 10 --execute 5 --seed 0 --environment-state --no-progress
+  $CLI rollout --policy "lerobot:$OUT/model" --env cosmos3_robot/Reach-v0 --episodes 50 --seed 10000 \
+    --out "$OUT/rollout" --no-video --no-progress
+  echo PRIVILEGED_DONE "$ARM"
+  exit 0
+fi
+$CLI train model=sim-small model.latent_channels=48 model.state_dim=$DIM minutes="$MINUTES" steps=1000000 \
   seed=0 out="$OUT" data.source=lerobot data.root="$DATA/reach128" data.batch_size=16 \
-  +data.options.vae_preset=tiny +data.options.state_key=observation.environment_state \
+  +data.options.vae_preset=tiny +data.options.state_key=$KEY \
   +data.options.num_frames=5 +data.options.num_actions=10 +data.options.pad=true \
   +data.options.latent_cache="$DATA/latents_random" +data.options.val_fraction=0.1 \
   optim.lr=1e-3 optim.warmup_steps=50 checkpoint.every=200 val_every=0 progress=false
 $CLI rollout --model "$OUT/model" --env cosmos3_robot/Reach-v0 --episodes 50 --seed 10000 \
   --execute 5 --steps 10 --out "$OUT/rollout" --no-video --no-progress
-echo PRIVILEGED_DONE
+echo PRIVILEGED_DONE $ARM
