@@ -250,17 +250,24 @@ def main(argv: list[str] | None = None) -> int:
     from cosmos3_robot.files import exclusive_lock
 
     v = resolve(args)  # refuse bad input before any work
+    learned = None
     if args.model is not None:
         from cosmos3_robot.policies.learned_env import LearnedEnv
 
-        LearnedEnv(str(args.model), v.train.tasks[0]).close()  # refuses a model that cannot simulate the env
+        # refuses a model that cannot simulate the env (e.g. a state-conditioned one); kept for the run
+        learned = LearnedEnv(str(args.model), v.train.tasks[0], steps=v.steps)
     elif args.dataset is not None:
         check_fits_env(args.dataset, v.train.tasks[0], v.train.image_size)
-    with exclusive_lock(args.out, "benchmark"):
-        return run(args, v)
+    try:
+        with exclusive_lock(args.out, "benchmark"):
+            return run(args, v, learned)
+    finally:
+        if learned is not None:
+            learned.close()
 
 
-def run(args: argparse.Namespace, v: Imagine) -> int:
+def run(args: argparse.Namespace, v: Imagine, learned=None) -> int:
+    """`learned`: the given model's LearnedEnv when main already built it (else trained and built here)."""
     from cosmos3_robot.envs import make_env
     from cosmos3_robot.policies.learned_env import LearnedEnv
 
@@ -273,7 +280,8 @@ def run(args: argparse.Namespace, v: Imagine) -> int:
     config = {"table": "imagination", "variant": variant, **paths}
     prov = claim_output(args.out, "benchmark imagination", config)
     model = prepare_model(args, v, progress)
-    learned = LearnedEnv(str(model), task, steps=v.steps)  # refuses a state-conditioned model
+    if learned is None:
+        learned = LearnedEnv(str(model), task, steps=v.steps)  # refuses a state-conditioned model
     g = learned.world.geometry
     real = make_env(task, image_size=g.image_size, control_hz=int(g.fps))
     results, log, policy_set = {}, {}, policies(v, task, g.image_size, int(g.fps))
