@@ -42,10 +42,11 @@ import numpy as np
 from cosmos3_robot.files import write_json_atomic
 from cosmos3_robot.scripts.benchmark import (
     EVAL_SEED,
-    MIN_MINUTES,
     VARIANTS,
     Variant,
     check_fits_env,
+    check_tasks,
+    check_training,
     train_ours,
     vae_latent_channels,
     write_table,
@@ -97,12 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve(args: argparse.Namespace) -> Imagine:
-    """The variant with the command line's overrides; bad input refused here, before any work."""
+    """The variant with the command line's overrides; bad input refused here, before any work (the
+    task and training checks are `benchmark policies`' own)."""
     import math
-
-    import gymnasium as gym
-
-    from cosmos3_robot.envs import ALL_ENV_IDS
 
     v = dataclasses.replace(IMAGINE[args.variant])
     v.train = dataclasses.replace(v.train)
@@ -113,9 +111,7 @@ def resolve(args: argparse.Namespace) -> Imagine:
             setattr(v.train, name, getattr(args, name))
     if args.noises is not None:
         v.noises = list(args.noises)
-    task = v.train.tasks[0]
-    if task not in gym.registry or task not in ALL_ENV_IDS:
-        raise ValueError(f"unknown task {task!r}; known: {', '.join(ALL_ENV_IDS)}")
+    check_tasks(v.train.tasks)
     if v.train.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {v.train.episodes}")
     names = {policy_name(s) for s in v.noises}
@@ -127,10 +123,7 @@ def resolve(args: argparse.Namespace) -> Imagine:
                 f"--model {args.model}: no model there (a folder `cosmos3-robot train` wrote)"
             )
         return v
-    if v.train.demos < 2 or not (math.isfinite(v.train.minutes) and v.train.minutes >= MIN_MINUTES):
-        raise ValueError(
-            f"--demos must be >= 2 and --minutes >= {MIN_MINUTES}, got {v.train.demos}, {v.train.minutes}"
-        )
+    check_training(v.train)
     if args.vae is None and args.variant != "smoke":
         raise ValueError(
             "training the model needs a frozen video VAE: --vae FOLDER (the vae/ folder of `train-vae`), "

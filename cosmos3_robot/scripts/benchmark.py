@@ -103,24 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
     """The variant with the command line's overrides, and the datasets given; bad input refused here."""
-    import gymnasium as gym
-
-    from cosmos3_robot.envs import ALL_ENV_IDS
 
     v = dataclasses.replace(VARIANTS[args.variant])
     for name in ("tasks", "demos", "episodes", "minutes"):
         if getattr(args, name) is not None:
             setattr(v, name, getattr(args, name))
-    for task in v.tasks:
-        if task not in gym.registry:
-            raise ValueError(f"unknown task {task!r}; known: {', '.join(ALL_ENV_IDS)}")
-    if v.demos < 2 or v.episodes < 1:
-        raise ValueError(f"--demos must be >= 2 and --episodes >= 1, got {v.demos} and {v.episodes}")
-    if not (math.isfinite(v.minutes) and v.minutes >= MIN_MINUTES):
-        raise ValueError(
-            f"--minutes {v.minutes} is too small to train anything (a sim-small step takes about 0.5 s, an "
-            f"ACT step about 0.9 s on 2 cores); give at least {MIN_MINUTES}"
-        )
+    check_tasks(v.tasks)
+    if v.episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {v.episodes}")
+    check_training(v)
     if "ours" in args.arms and args.vae is None and args.variant != "smoke":
         raise ValueError(
             "our arm needs a frozen video VAE: --vae FOLDER (the vae/ folder of `cosmos3-robot train-vae`); "
@@ -135,6 +126,28 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
             raise ValueError(f"--dataset {item!r}: give ENV=ROOT with ENV one of the tasks {v.tasks}")
         datasets[env] = Path(root)
     return v, datasets
+
+
+def check_tasks(tasks: list[str]) -> None:
+    """Refuse a task no registered env has (ours and Meta-World's)."""
+    import gymnasium as gym
+
+    from cosmos3_robot.envs import ALL_ENV_IDS
+
+    for task in tasks:
+        if task not in gym.registry or task not in ALL_ENV_IDS:
+            raise ValueError(f"unknown task {task!r}; known: {', '.join(ALL_ENV_IDS)}")
+
+
+def check_training(v: Variant) -> None:
+    """Refuse a training set or budget too small to train anything."""
+    if v.demos < 2:
+        raise ValueError(f"--demos must be >= 2 (a training and a validation episode), got {v.demos}")
+    if not (math.isfinite(v.minutes) and v.minutes >= MIN_MINUTES):
+        raise ValueError(
+            f"--minutes {v.minutes} is too small to train anything (a sim-small step takes about 0.5 s, an "
+            f"ACT step about 0.9 s on 2 cores); give at least {MIN_MINUTES}"
+        )
 
 
 def vae_latent_channels(vae: Path) -> int:

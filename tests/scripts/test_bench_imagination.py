@@ -21,7 +21,8 @@ def error_line(capsys) -> str:
         (["--noises", "0.1", "0.1"], "give distinct finite noise stds >= 0"),
         (["--variant", "full"], "training the model needs a frozen video VAE: --vae FOLDER"),
         (["--model", "nowhere"], "--model nowhere: no model there"),
-        (["--minutes", "0.01"], "--minutes >= 0.25"),
+        (["--minutes", "0.01"], "--minutes 0.01 is too small to train anything"),
+        (["--demos", "1"], "--demos must be >= 2"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_before_any_work(tmp_path, capsys, argv, message):
