@@ -130,6 +130,7 @@ class ClipDataset(torch.utils.data.Dataset):
         elif kwargs:
             raise ValueError("pass either a ClipDatasetConfig or keyword arguments, not both")
         self.config = cfg = config
+        self.state_keys = key_parts(cfg.state_key)  # the dataset keys the state concatenates
         spec = cfg.spec
         meta = open_lerobot_metadata(cfg.repo_id, cfg.root)
         self.name = f"{meta.repo_id} ({meta.root})"
@@ -141,7 +142,7 @@ class ClipDataset(torch.utils.data.Dataset):
         self._check_videos(meta)
 
         delta = {cfg.image_key: [k * self.frame_step / self.fps for k in range(spec.num_frames)]}
-        for part in key_parts(cfg.state_key):
+        for part in self.state_keys:
             delta[part] = delta[cfg.image_key]
         if self.has_env_state:
             delta[cfg.env_state_key] = delta[cfg.image_key]
@@ -186,9 +187,7 @@ class ClipDataset(torch.utils.data.Dataset):
     # ---- validation ----------------------------------------------------------------------------
     def _check_keys(self, meta) -> None:
         cfg = self.config
-        required = [cfg.image_key, *key_parts(cfg.state_key)] + (
-            [cfg.action_key] if cfg.spec.num_actions > 0 else []
-        )
+        required = [cfg.image_key, *self.state_keys] + ([cfg.action_key] if cfg.spec.num_actions > 0 else [])
         for key in required:
             if key not in meta.features:
                 raise ValueError(
@@ -235,7 +234,7 @@ class ClipDataset(torch.utils.data.Dataset):
 
     def _check_finite(self, table) -> None:
         cfg = self.config
-        keys = key_parts(cfg.state_key) + ([cfg.action_key] if cfg.spec.num_actions > 0 else [])
+        keys = self.state_keys + ([cfg.action_key] if cfg.spec.num_actions > 0 else [])
         for key in keys:
             col = table.column(key).combine_chunks()
             values = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -303,8 +302,8 @@ class ClipDataset(torch.utils.data.Dataset):
 
     def _windows(self) -> list[tuple[str, int, int]]:
         cfg, spec = self.config, self.config.spec
-        out = [(key, self.frame_step, spec.num_frames) for key in [cfg.image_key, *key_parts(cfg.state_key)]]
-        if self.has_env_state and cfg.env_state_key not in key_parts(cfg.state_key):
+        out = [(key, self.frame_step, spec.num_frames) for key in [cfg.image_key, *self.state_keys]]
+        if self.has_env_state and cfg.env_state_key not in self.state_keys:
             out.append((cfg.env_state_key, self.frame_step, spec.num_frames))
         if spec.num_actions > 0:
             out.append((cfg.action_key, self.action_step, spec.num_actions))
@@ -333,7 +332,7 @@ class ClipDataset(torch.utils.data.Dataset):
     def _sample(self, item: dict[str, Any], i: int) -> dict[str, Any]:
         """The clip's keys from a LeRobot item (every key but `video`)."""
         cfg = self.config
-        state = torch.cat([item[part].float() for part in key_parts(cfg.state_key)], dim=-1)
+        state = torch.cat([item[part].float() for part in self.state_keys], dim=-1)
         out: dict[str, Any] = {
             "video_time": self.video_time.clone(),
             "video_valid": ~item[f"{cfg.image_key}_is_pad"],

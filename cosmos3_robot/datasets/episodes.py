@@ -58,8 +58,9 @@ class Source:
 
     @property
     def has_state(self) -> bool:
-        features = self.dataset.meta.features if self.dataset is not None else {}
-        return self.dataset is not None and all(k in features for k in key_parts(self.state_key))
+        if self.dataset is None:
+            return False
+        return all(k in self.dataset.meta.features for k in key_parts(self.state_key))
 
 
 def open_source(path: str | Path, image_key: str = "observation.image", repo_id: str | None = None) -> Source:

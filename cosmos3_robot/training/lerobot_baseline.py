@@ -71,9 +71,9 @@ def policy_config(cfg: BaselineConfig, meta):
     from lerobot.utils.feature_utils import dataset_to_policy_features
 
     feats = dataset_to_policy_features(meta.features)
-    keys = ["observation.image", "observation.state"] + (
-        ["observation.environment_state"] * cfg.environment_state
-    )
+    keys = ["observation.image", "observation.state"]
+    if cfg.environment_state:
+        keys.append("observation.environment_state")
     missing = [k for k in [*keys, "action"] if k not in feats]
     if missing:
         raise ValueError(
