@@ -34,7 +34,7 @@ RULES: dict[str, set[str]] = {
     "encoders": {"model", "processors", "files"},
     "interop": {"model", "encoders", "processors", "files"},
     "infra": {"model"},  # applied to a model from outside: packing, fused kernels, distributed
-    "tasks": {"model", "flow"},
+    "tasks": {"model", "flow", "encoders"},  # encoders: a batch that shows the Reasoner a frame (ViT)
     "datasets": {"processors", "files"},
     "eval": {"processors"},
     "envs": {"processors", "datasets", "files"},  # simulation and recording (the crash-safe dataset writer)

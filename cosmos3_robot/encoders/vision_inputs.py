@@ -239,3 +239,95 @@ def video_placeholder(
         ids += [token_ids.vision_start_token_id] + [token_ids.video_token_id] * (h * w // merge**2)
         ids += [token_ids.vision_end_token_id]
     return ids
+
+
+# ------------------------------------------------------------------------------------------------
+# A frame shown to the Reasoner before the instruction (Reasoner QA, Generator clips, policy plans)
+# ------------------------------------------------------------------------------------------------
+
+
+def vit_image_size(vit_cfg, size: int) -> int:
+    """The square side a frame of `size` px is resized to for the ViT: a multiple of patch · merge."""
+    unit = vit_cfg.patch_size * vit_cfg.spatial_merge_size
+    return max(unit, size // unit * unit)
+
+
+def frame_patches(frame: Tensor, vit_cfg, size: int) -> tuple[Tensor, Tensor]:
+    """One RGB frame, uint8 (3, H, W) / (H, W, 3) or float in [0, 1] (3, H, W), -> ViT pixels
+    (N, patch_dim) and grid_thw (1, 3): resized to size x size and normalised as Qwen-VL does (mean
+    and std 0.5)."""
+    from cosmos3_robot.encoders.vit import image_patches
+
+    x = torch.as_tensor(frame)
+    if x.ndim != 3 or 3 not in (x.shape[0], x.shape[-1]):
+        raise ValueError(f"a frame must be (3, H, W) or (H, W, 3), got shape {tuple(x.shape)}")
+    if x.shape[0] != 3:
+        x = x.permute(2, 0, 1)
+    x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+    x = x[None]
+    if tuple(x.shape[-2:]) != (size, size):
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
+    return image_patches((x.clamp(0, 1) - 0.5) / 0.5, vit_cfg)
+
+
+def image_text_prompts(
+    tokenizer, texts: list[str], frames: list[Tensor], vit_cfg, size: int
+) -> tuple[Tensor, Tensor, dict[str, Any]]:
+    """Prompts `<bos> <vision_start> <image> × n <vision_end> text` for one frame and one text each:
+    right-padded ids (B, L), lengths (B,) and the ViT inputs (`pixel_values`, `image_grid_thw`,
+    `vision_token_ids`) that `reasoner_kwargs` turns into Reasoner inputs."""
+    if len(texts) != len(frames):
+        raise ValueError(f"{len(texts)} texts but {len(frames)} frames: give one frame per prompt")
+    from cosmos3_robot.processors.tokenizers import pad_right
+
+    ids = tokenizer.vision_ids
+    if min(ids.image_token_id, ids.vision_start_token_id, ids.vision_end_token_id) < 0:
+        raise ValueError(f"tokenizer {tokenizer.name} has no vision tokens (<|image_pad|> ...)")
+    seqs, pixels, grids = [], [], []
+    for text, frame in zip(texts, frames, strict=True):
+        px, grid = frame_patches(frame, vit_cfg, size)
+        pixels.append(px)
+        grids.append(grid)
+        head = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
+        head += image_placeholder(tuple(grid[0].tolist()), ids, vit_cfg.spatial_merge_size)
+        seqs.append(head + tokenizer.encode(text, bos=False))
+    input_ids, lengths = pad_right(seqs, tokenizer.pad_id)
+    kwargs = {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.cat(grids), "vision_token_ids": ids}
+    return input_ids, lengths, kwargs
+
+
+def reasoner_kwargs(model: MoT, vit: ViT | None, input_ids: Tensor, lengths: Tensor, images: dict) -> dict:
+    """Keyword arguments of `model.reason(...)` for a prompt batch: the ids alone without images, else
+    the ViT's tokens spliced in at the placeholders (`images` as `image_text_prompts` returns them)."""
+    if "pixel_values" not in images:
+        return {"input_ids": input_ids, "lengths": lengths}
+    if vit is None:
+        raise ValueError(
+            "this batch shows the Reasoner a frame, but no ViT was given: load the model folder with its "
+            "vit.safetensors (the reasoner stage's ViT)"
+        )
+    return build_reasoner_inputs(
+        model,
+        vit,
+        input_ids,
+        images["vision_token_ids"],
+        lengths=lengths,
+        pixel_values=images["pixel_values"],
+        image_grid_thw=images["image_grid_thw"],
+    ).reason_kwargs()
+
+
+def select_images(images: dict, rows: Tensor | list[int]) -> dict:
+    """The ViT inputs of the batch rows `rows` (each row's patches are t·h·w of its grid), in that order."""
+    if "pixel_values" not in images:
+        return images
+    grid = images["image_grid_thw"]
+    per = grid.prod(-1).tolist()
+    start = [0]
+    for n in per:
+        start.append(start[-1] + n)
+    rows = [int(r) for r in (rows.tolist() if isinstance(rows, Tensor) else rows)]
+    if not rows:
+        return {}
+    pix = torch.cat([images["pixel_values"][start[r] : start[r + 1]] for r in rows])
+    return {**images, "pixel_values": pix, "image_grid_thw": grid[rows]}

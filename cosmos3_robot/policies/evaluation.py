@@ -140,13 +140,18 @@ def forward(
     obs = world.geometry.obs_frames
     world.require_state(clips.states, "forward dynamics")  # a model without state ignores them
     batch = world.clip_batch(
-        clips.tasks, latents[:, :, :obs], actions=actions, obs_frames=obs, state=clips.states
+        clips.tasks,
+        latents[:, :, :obs],
+        actions=actions,
+        obs_frames=obs,
+        state=clips.states,
+        frames=clips.frames[:, 0],
     )
     return sample_mode(world, "forward_dynamics", batch, sampling)["video"]
 
 
 def inverse(world: WorldModel, clips: Clips, latents: Tensor, sampling: SamplingConfig) -> np.ndarray:
-    batch = world.clip_batch(clips.tasks, latents, obs_frames=latents.shape[2])
+    batch = world.clip_batch(clips.tasks, latents, obs_frames=latents.shape[2], frames=clips.frames[:, 0])
     return world.raw_actions(sample_mode(world, "inverse_dynamics", batch, sampling)["action"])
 
 

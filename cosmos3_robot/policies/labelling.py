@@ -80,8 +80,9 @@ class EpisodeLabeller:
     @torch.no_grad()
     def _predict(self, windows: list[np.ndarray], tasks: list[str]) -> np.ndarray:
         """(K, B, Na, A) actions for B windows, K samples each (batched)."""
-        latents = self.world.encode_frames(torch.from_numpy(np.stack(windows)))
-        batch = self.world.clip_batch(tasks, latents, obs_frames=latents.shape[2])
+        frames = torch.from_numpy(np.stack(windows))
+        latents = self.world.encode_frames(frames)
+        batch = self.world.clip_batch(tasks, latents, obs_frames=latents.shape[2], frames=frames[:, 0])
         out = []
         for k in range(self.samples):
             gen = torch.Generator().manual_seed(self.sampling.seed * 1000 + k)

@@ -118,7 +118,11 @@ class LearnedEnv(gym.Env):
         the clip's actions (num_actions, A): one forward-dynamics sample, decoded."""
         latents = self.world.encode_frames(torch.from_numpy(self._frame)[None, None])
         batch = self.world.clip_batch(
-            [self.task], latents, actions=torch.from_numpy(actions[None]), obs_frames=1
+            [self.task],
+            latents,
+            actions=torch.from_numpy(actions[None]),
+            obs_frames=1,
+            frames=self._frame[None],
         )
         video = sample_mode(self.world, "forward_dynamics", batch, self.sampling, generator=self._gen)[
             "video"

@@ -130,10 +130,16 @@ class PolicyRunner:
         self.world.require_state(state, "a policy plan")
         frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
         state = None if state is None else np.asarray(state)[None]
-        batch = self.world.clip_batch([task], self.world.encode_frames(frames), obs_frames=1, state=state)
-        if self._reasoned is None or self._reasoned[0] != task:
-            self._reasoned = (task, batch.prompt().reasoned(self.world.model))
-        out = sample_mode(self.world, "policy", batch, self.sampling, self.generator, self._reasoned[1])
+        batch = self.world.clip_batch(
+            [task], self.world.encode_frames(frames), obs_frames=1, state=state, frames=frames[:, 0]
+        )
+        if self.world.reads_frames:  # the Reasoner reads this frame: its pass is this plan's own
+            reasoned = self.world.reasoned(batch)
+        else:
+            if self._reasoned is None or self._reasoned[0] != task:
+                self._reasoned = (task, self.world.reasoned(batch))
+            reasoned = self._reasoned[1]
+        out = sample_mode(self.world, "policy", batch, self.sampling, self.generator, reasoned)
         self._last_video = out["video"]
         actions = self.world.raw_actions(out["action"])[0]
         if not np.all(np.isfinite(actions)):
@@ -169,7 +175,7 @@ def sample_mode(
     prompt: ReasonedPrompt | None = None,
 ) -> dict[str, Tensor]:
     """Sample `mode` with `sampling`; noise from `generator`, else a fresh one seeded by sampling.seed;
-    the instruction from `prompt` when it is already reasoned."""
+    the instruction (and shown frame) from `prompt` when it is already reasoned."""
     return make_task(mode).sample(
         world.model,
         batch,
@@ -177,7 +183,7 @@ def sample_mode(
         sampling.steps,
         shift=sampling.shift,
         generator=generator if generator is not None else torch.Generator().manual_seed(sampling.seed),
-        prompt=prompt,
+        prompt=prompt if prompt is not None else world.reasoned(batch),
     )
 
 
@@ -197,7 +203,7 @@ class InverseDynamicsLabeller:
                 f"a clip must have {g.num_frames} frames (the trained clip length), got {frames.shape[0]}"
             )
         latents = self.world.encode_frames(frames[None])
-        batch = self.world.clip_batch([task], latents, obs_frames=g.latent_frames)
+        batch = self.world.clip_batch([task], latents, obs_frames=g.latent_frames, frames=frames[:1])
         out = sample_mode(self.world, "inverse_dynamics", batch, self.sampling)
         return self.world.raw_actions(out["action"])[0, : g.visible_actions]
 
@@ -215,6 +221,11 @@ class LearnedSimulator:
         self.world.require_state(state, "forward dynamics")
         latents = self.world.encode_frames(frames)
         batch = self.world.clip_batch(
-            [task] * frames.shape[0], latents, actions=actions, obs_frames=latents.shape[2], state=state
+            [task] * frames.shape[0],
+            latents,
+            actions=actions,
+            obs_frames=latents.shape[2],
+            state=state,
+            frames=frames[:, 0],
         )
         return sample_mode(self.world, "forward_dynamics", batch, self.sampling)["video"]

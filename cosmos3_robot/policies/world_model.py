@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 
 from cosmos3_robot.encoders.vae import VideoVAE, load_vae
+from cosmos3_robot.encoders.vision_inputs import image_text_prompts
+from cosmos3_robot.encoders.vit import ViT
 from cosmos3_robot.files import read_json
 from cosmos3_robot.infra.cpu_pack import pack_for_cpu
 from cosmos3_robot.interop.checkpoint import load_model
@@ -27,12 +29,13 @@ from cosmos3_robot.processors.geometry import ClipGeometry
 from cosmos3_robot.processors.normalize import key_parts
 from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks import ClipBatch
+from cosmos3_robot.tasks.sampling import ReasonedPrompt
 
 
 class WorldModel:
     """A trained MoT with its frozen VAE, tokenizer, action transform and clip geometry."""
 
-    def __init__(self, model: MoT, vae: VideoVAE, data_state: DataState):
+    def __init__(self, model: MoT, vae: VideoVAE, data_state: DataState, vit: ViT | None = None):
         if data_state.geometry is None:
             raise ValueError(
                 f"a world model needs a Generator-stage data state with clip geometry; this one is from "
@@ -59,6 +62,15 @@ class WorldModel:
                 f"the model's state_dim is {model.config.state_dim} but its data state "
                 f"{'has no' if self.state is None else 'has a'} state transform; export the model again"
             )
+        # A model trained with `reasoner_frame` shows the Reasoner the first observed frame through its ViT.
+        shown = data_state.details.get("reasoner_frame")
+        self.shown_size: int | None = shown["vit_image_size"] if shown else None
+        if self.shown_size is not None and vit is None:
+            raise ValueError(
+                "this model was trained showing the Reasoner each clip's frame through a ViT, but no ViT was "
+                "given: load the model folder with its vit.safetensors (WorldModel.from_folder does)"
+            )
+        self.vit = vit.eval() if vit is not None else None
         self.encode_seconds = 0.0  # time spent in the VAE encoder (for throughput reports)
 
     @classmethod
@@ -79,7 +91,7 @@ class WorldModel:
                 "(normalisation stats, tokenizer, clip geometry, VAE)"
             )
         state = DataState.from_dict(read_json(state_path), source=str(state_path))
-        model, _, _ = load_model(folder)
+        model, vit, _ = load_model(folder)
         if vae is None:
             ref = state.vae
             if ref is None:
@@ -88,7 +100,7 @@ class WorldModel:
             if path is not None and not Path(path).exists() and (folder / path).exists():
                 path = str(folder / path)
             vae = load_vae(path, model.config.latent_channels, preset=ref.preset or "tiny", seed=ref.seed)
-        return cls(model, vae, state)
+        return cls(model, vae, state, vit)
 
     @property
     def embodiment(self) -> int:
@@ -184,6 +196,32 @@ class WorldModel:
                 )
 
     @property
+    def reads_frames(self) -> bool:
+        """Whether the Reasoner is shown the first observed frame (then `clip_batch` needs `frames`)."""
+        return self.shown_size is not None
+
+    def prompt_fields(self, tasks: list[str], frames) -> dict:
+        """ClipBatch prompt fields: the instructions, after the frames (uint8 (B, H, W, 3) or (B, 3, H, W))
+        when the model reads frames."""
+        if not self.reads_frames:
+            ids, lengths = self.prompt(tasks)
+            return {"input_ids": ids, "lengths": lengths}
+        if frames is None or len(frames) != len(tasks):
+            raise ValueError(
+                "this model shows its Reasoner the first observed frame: pass frames= (uint8, one (H, W, 3) "
+                f"frame per task, {len(tasks)} here) to clip_batch"
+            )
+        self.prompt(tasks)  # the task checks
+        ids, lengths, images = image_text_prompts(
+            self.tokenizer, tasks, list(torch.as_tensor(np.asarray(frames))), self.vit.config, self.shown_size
+        )
+        return {"input_ids": ids, "lengths": lengths, "images": images}
+
+    def reasoned(self, batch: ClipBatch) -> ReasonedPrompt:
+        """The batch's Reasoner pass (its frames through the ViT, if shown), for one or more requests."""
+        return batch.prompt(self.model, self.vit).reasoned(self.model)
+
+    @property
     def needs_state(self) -> bool:
         """Whether policy and forward dynamics are conditioned on proprioceptive state."""
         return self.state is not None
@@ -218,19 +256,19 @@ class WorldModel:
         actions: Tensor | None = None,
         obs_frames: int | None = None,
         state=None,
+        frames=None,
     ) -> ClipBatch:
         """A full-length clip batch. `latents` (B, C, T, h, w) may hold fewer than T_lat frames: the rest
         are zero placeholders (they are generated). `actions` raw (B, Na, A) or None = placeholders.
         `state` raw (B, S) at the first frame: required by a state-conditioned model for policy and
-        forward dynamics, ignored by inverse dynamics."""
+        forward dynamics, ignored by inverse dynamics. `frames` uint8 (B, H, W, 3): the first observed
+        frame of each clip, required by a model that shows it to the Reasoner (`reads_frames`)."""
         g = self.geometry
         b, c, t, h, w = latents.shape
         if t < g.latent_frames:
             latents = torch.cat([latents, latents.new_zeros(b, c, g.latent_frames - t, h, w)], dim=2)
-        ids, lengths = self.prompt(tasks)
         batch = ClipBatch(
-            input_ids=ids,
-            lengths=lengths,
+            **self.prompt_fields(tasks, frames),
             video=latents,
             video_time=g.video_time().expand(b, -1).clone(),
             video_valid=torch.ones(b, g.latent_frames, dtype=torch.bool),

@@ -41,7 +41,9 @@ schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error). D
                       needed because options start empty): vae=DIR (train-vae's vae/ folder, the
                       frozen VAE) or vae_preset=tiny (random VAE, smoke tests only), num_frames=1+4k,
                       num_actions=N, obs_frames=K, image_key, action_key, val_fraction, clip_stride,
-                      latent_cache=true|DIR, action_free_folder=DIR, tokenizer=DIR, allow_weak_vae
+                      latent_cache=true|DIR, action_free_folder=DIR, tokenizer=DIR, allow_weak_vae,
+                      reasoner_frame=true (show the Reasoner each clip's first frame through the
+                      ViT of model.init, a reasoner-stage model), text=qa|caption|mixed (reasoner)
   model.latent_channels=C                      the frozen VAE's latent channels, if not the preset's
   model.state_dim=S                            condition policy and forward dynamics on
                                                observation.state, padded to S dims [none]
@@ -83,7 +85,7 @@ def build_data(cfg: TrainConfig, model_config: ModelConfig, vit=None):
     )
     if cfg.stage == "reasoner":
         return data_module.make_reasoner_data(dcfg, model_config, vit)
-    return data_module.make_generator_data(dcfg, model_config)
+    return data_module.make_generator_data(dcfg, model_config, vit)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -20,12 +20,13 @@ A head implements `noisy_masks(batch)`; building the sequence, the loss and samp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import ClassVar
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from cosmos3_robot.encoders.vision_inputs import reasoner_kwargs, select_images
 from cosmos3_robot.flow import Sampler, SigmaSampler, add_noise, flow_loss, velocity_target
 from cosmos3_robot.model import GenInput, MoT, ReasonerCache, series_stream, unpatchify, video_stream
 from cosmos3_robot.tasks.sampling import Prompt, ReasonedPrompt, sample
@@ -54,10 +55,17 @@ class ClipBatch:
     audio_valid: Tensor | None = None  # (B, Ns) bool
     state: Tensor | None = None  # (B, Ns_state, S) normalised proprioception at observed times, padded to S
     state_time: Tensor | None = None  # (B, Ns_state)
+    # With a frame shown to the Reasoner (one per sample, before the instruction): the ViT inputs
+    # `pixel_values`, `image_grid_thw`, `vision_token_ids` (encoders/vision_inputs.image_text_prompts).
+    images: dict[str, Any] = field(default_factory=dict)
 
     @property
     def batch(self) -> int:
         return self.input_ids.shape[0]
+
+    @property
+    def has_images(self) -> bool:
+        return "pixel_values" in self.images
 
     def has(self, modality: str) -> bool:
         return getattr(self, modality) is not None
@@ -74,14 +82,43 @@ class ClipBatch:
         )
 
     def to(self, device) -> ClipBatch:
-        return self._map(lambda t: t.to(device))
+        images = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in self.images.items()}
+        return replace(self._map(lambda t: t.to(device)), images=images)
 
     def select(self, idx: Tensor) -> ClipBatch:
         """The sub-batch at indices idx (along B)."""
-        return self._map(lambda t: t[idx])
+        return replace(self._map(lambda t: t[idx]), images=select_images(self.images, idx))
 
-    def prompt(self) -> Prompt:
-        return Prompt(self.input_ids, self.lengths)
+    def reasoner_inputs(self, model: MoT, vit=None) -> dict[str, Any]:
+        """Keyword arguments of `model.reason(...)`: the prompt ids, with the ViT's tokens of the
+        shown frame spliced in when the batch has one (then `vit` is required)."""
+        return reasoner_kwargs(model, vit, self.input_ids, self.lengths, self.images)
+
+    def prompt(self, model: MoT | None = None, vit=None) -> Prompt:
+        """The Reasoner input; a batch with frames needs the model and its ViT to embed them."""
+        if not self.has_images:
+            return Prompt(self.input_ids, self.lengths)
+        if model is None:
+            raise ValueError("this batch shows the Reasoner a frame: call batch.prompt(model, vit)")
+        kw = self.reasoner_inputs(model, vit)
+        return Prompt(None, kw["lengths"], kw["inputs_embeds"], kw["positions"], kw["deepstack"])
+
+    def drop_prompts(self, drop: Tensor, null_token: int) -> ClipBatch:
+        """Classifier-free-guidance dropout of the rows `drop` (B,) bool: their instruction becomes the
+        null prompt (one `null_token`). A shown frame stays (the null condition is "no instruction"), so
+        every row keeps its image and its ViT inputs."""
+        if not bool(drop.any()):
+            return self
+        ids, lengths = self.input_ids.clone(), self.lengths.clone()
+        keep = torch.zeros_like(lengths)
+        if self.has_images:  # keep <bos> <vision_start> <image>... <vision_end>
+            end = self.images["vision_token_ids"].vision_end_token_id
+            keep = (ids == end).long().argmax(dim=1) + 1
+        pos = torch.arange(ids.shape[1])[None]
+        cut = drop[:, None] & (pos >= keep[:, None])
+        ids[cut] = null_token
+        lengths = torch.where(drop, keep + 1, lengths)
+        return replace(self, input_ids=ids, lengths=lengths)
 
 
 class TaskHead:

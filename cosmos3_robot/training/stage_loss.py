@@ -1,7 +1,7 @@
 """The loss of one micro-batch for either training stage: the module that DDP / FSDP wrap.
 
 reasoner stage:   text batch ─► [ViT] ─► Reasoner ─► summed cross-entropy / label tokens
-generator stage:  ClipBatch ─► Reasoner (frozen, no_grad) ─► cache ─► one task head per mode
+generator stage:  ClipBatch ─► [ViT] ─► Reasoner (frozen, no_grad) ─► cache ─► one task head per mode
                   (fd / id / policy / video) ─► flow loss, weighted by the mode's share
 """
 
@@ -52,7 +52,7 @@ class StageLoss(nn.Module):
     def _clips(self, batch: ClipBatch, plan: dict[str, Any]):
         model = self.model
         with torch.no_grad():  # the Reasoner is frozen in this stage: never back-propagated through
-            cache = model.reason(batch.input_ids, lengths=batch.lengths, logits=False).cache
+            cache = model.reason(**batch.reasoner_inputs(model, self.vit), logits=False).cache
         modes: list[str] = plan["modes"]
         gen = torch.Generator(device=batch.input_ids.device).manual_seed(plan["noise_seed"])
         objective, stats = None, {}

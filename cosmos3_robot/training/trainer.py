@@ -219,11 +219,7 @@ class Trainer(TrainerCheckpoints):
             ]
         if g.prompt_dropout > 0:
             drop = torch.rand(b, generator=self.generator) < g.prompt_dropout
-            if bool(drop.any()):
-                ids = batch.input_ids.clone()
-                ids[drop] = NULL_TOKEN
-                lengths = torch.where(drop, torch.ones_like(batch.lengths), batch.lengths)
-                batch = dataclasses.replace(batch, input_ids=ids, lengths=lengths)
+            batch = batch.drop_prompts(drop, NULL_TOKEN)
         return batch, modes
 
     def _chunks(self, batch: Any) -> Iterator[tuple[int, int, int]]:

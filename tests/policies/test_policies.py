@@ -151,7 +151,7 @@ def test_open_loop_plan_in_imagination_feeds_each_clip_its_own_actions(tiny_worl
             return np.array([k == self.hit for k in judged[start:]])
 
     real_batch = env.world.clip_batch
-    env.world.clip_batch = lambda texts, latents, actions, obs_frames: (
+    env.world.clip_batch = lambda texts, latents, actions, obs_frames, frames=None: (
         seen.append(actions.numpy().copy())
         or real_batch(texts, latents, actions=actions, obs_frames=obs_frames)
     )

@@ -37,9 +37,10 @@ from cosmos3_robot.training.data.generator import GeneratorData
 from cosmos3_robot.training.data.reasoner import ReasonerData
 
 
-def make_generator_data(cfg: DataConfig, model_cfg: ModelConfig):
-    """ClipBatches for the generator stage (see `training.data.generator.GeneratorData`)."""
-    return GeneratorData(cfg, model_cfg)
+def make_generator_data(cfg: DataConfig, model_cfg: ModelConfig, vit=None):
+    """ClipBatches for the generator stage (see `training.data.generator.GeneratorData`); `vit` is
+    needed when clips show the Reasoner their frame (`cfg.reasoner_frame`)."""
+    return GeneratorData(cfg, model_cfg, vit)
 
 
 def make_reasoner_data(cfg: DataConfig, model_cfg: ModelConfig, vit=None):

@@ -72,23 +72,9 @@ class TextBatch:
 
     def reasoner_inputs(self, model, vit=None) -> dict[str, Any]:
         """Keyword arguments of `model.reason(...)` (add `logits=True` etc. as needed)."""
-        if not self.has_images:
-            return {"input_ids": self.input_ids, "lengths": self.lengths}
-        if vit is None:
-            raise ValueError("this TextBatch holds images: pass the ViT to reasoner_inputs(model, vit)")
-        from cosmos3_robot.encoders.vision_inputs import build_reasoner_inputs
+        from cosmos3_robot.encoders.vision_inputs import reasoner_kwargs
 
-        ids = self.reason_kwargs["vision_token_ids"]
-        inputs = build_reasoner_inputs(
-            model,
-            vit,
-            self.input_ids,
-            ids,
-            lengths=self.lengths,
-            pixel_values=self.reason_kwargs["pixel_values"],
-            image_grid_thw=self.reason_kwargs["image_grid_thw"],
-        )
-        return inputs.reason_kwargs()
+        return reasoner_kwargs(model, vit, self.input_ids, self.lengths, self.reason_kwargs)
 
 
 def is_text(batch: Any) -> bool:

@@ -62,6 +62,9 @@ class DataConfig:
     tokenizer: str | None = None  # None: the byte tokenizer; else a local HF tokenizer folder
     text: str = "mixed"  # reasoner samples: qa | caption | mixed
     vit_image_size: int | None = None  # frame size shown to the ViT; None: image_size or native
+    # Generator stage: show the Reasoner each clip's first frame (through the reasoner stage's ViT)
+    # before the instruction, as a policy then shows it the current frame.
+    reasoner_frame: bool = False
 
     def __post_init__(self) -> None:
         if self.root is None and self.repo_id is None:

@@ -58,6 +58,7 @@ from cosmos3_robot.training.data.latent_cache import (
     LatentCache,
     vae_fingerprint,
 )
+from cosmos3_robot.training.data.shown_frames import ShownFrames, check_shown_frames
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "cosmos3_robot" / "latents"
 
@@ -101,9 +102,10 @@ def frozen_vae(cfg: DataConfig, model_cfg: ModelConfig) -> VideoVAE:
 class GeneratorData:
     """ClipBatches from a LeRobot dataset (+ action-free mp4 clips). See the module docstring."""
 
-    def __init__(self, cfg: DataConfig, model_cfg: ModelConfig) -> None:
+    def __init__(self, cfg: DataConfig, model_cfg: ModelConfig, vit=None) -> None:
         if not model_cfg.has_generator:
             raise ValueError("make_generator_data needs a model with a Generator (ModelConfig.generator)")
+        check_shown_frames(cfg, vit)
         self.cfg, self.model_cfg = cfg, model_cfg
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         check_vocab(self.tokenizer, model_cfg)
@@ -127,6 +129,9 @@ class GeneratorData:
             raise ValueError(
                 f"dataset {self.name}, key {cfg.image_key!r}: {e} (or set DataConfig.image_size)"
             ) from None
+        self.shown = (
+            ShownFrames(cfg, self.tokenizer, vit.config, self.image_size) if cfg.reasoner_frame else None
+        )
         self.spec = cfg.clip_spec()
         self.frame_step, self.action_step = self.spec.steps(self.fps, self.name)
         self.split = split_dataset(cfg, meta, self.name)
@@ -339,14 +344,18 @@ class GeneratorData:
         ]
         return {"video": latents, "video_time": time, "video_valid": torch.cat(groups, dim=1)}
 
-    def _prompt(self, samples: list[dict[str, Any]]) -> tuple[Tensor, Tensor]:
-        return self.tokenizer.batch_encode([s["task"] for s in samples])
+    def _prompt(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """ClipBatch prompt fields: the instructions, after each clip's first frame when it is shown."""
+        if self.shown is not None:
+            ids, lengths, images = self.shown.prompts(samples)
+            return {"input_ids": ids, "lengths": lengths, "images": images}
+        ids, lengths = self.tokenizer.batch_encode([s["task"] for s in samples])
+        return {"input_ids": ids, "lengths": lengths}
 
     def robot_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
         """Samples of the LeRobot ClipDataset -> ClipBatch."""
         keys = [self._cache_key(s["episode_index"], s["frame_index"]) for s in samples]
-        ids, lengths = self._prompt(samples)
-        out: dict[str, Any] = self._video(samples, keys)
+        out: dict[str, Any] = self._prompt(samples) | self._video(samples, keys)
         if self.action_transform is not None:
             action, mask = self.action_transform.encode(torch.stack([s["action"] for s in samples]))
             out.update(
@@ -358,7 +367,7 @@ class GeneratorData:
             )
         if self.state_transform is not None:
             out.update(self._observed_state(samples))
-        return ClipBatch(input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **out)
+        return ClipBatch(obs_frames=self.cfg.obs_frames, **out)
 
     def _observed_state(self, samples: list[dict[str, Any]]) -> dict[str, Tensor]:
         """The state at every observed video frame (those of the `obs_frames` clean latent frames)."""
@@ -371,9 +380,8 @@ class GeneratorData:
 
     def free_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
         """Samples of the action-free video folder -> ClipBatch with action=None."""
-        ids, lengths = self._prompt(samples)
         return ClipBatch(
-            input_ids=ids, lengths=lengths, obs_frames=self.cfg.obs_frames, **self._video(samples, None)
+            obs_frames=self.cfg.obs_frames, **self._prompt(samples), **self._video(samples, None)
         )
 
     def state(self) -> DataState:
@@ -415,5 +423,6 @@ class GeneratorData:
                 "normalizer": self.ds.normalizer.state_dict() if self.ds.normalizer else None,
                 "latent_cache": str(self.cache_dir) if self.cache_dir else None,
                 "action_free_folder": cfg.action_free_folder,
+                "reasoner_frame": self.shown.state() if self.shown is not None else None,
             },
         )

@@ -1,5 +1,7 @@
 """Reasoner-stage data: questions about the scene at one frame (from the recorded simulator state)
-and captions, answered in text; with a ViT the frame is shown first as Qwen3-VL image placeholders.
+and captions, answered in text; with a ViT the frame is shown first as Qwen3-VL image placeholders,
+then the episode's instruction (which names the target), then the question: the prefix
+`<frame> <instruction>` is what a Generator clip with `reasoner_frame` shows the Reasoner.
 Labels are next-token targets on the answer only. See `training/data/__init__.py` for the generator stage.
 """
 
@@ -12,13 +14,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
 from cosmos3_robot.datasets import ClipDataset, ClipSpec
 from cosmos3_robot.datasets.text import make_qa
-from cosmos3_robot.encoders.vision_inputs import image_placeholder
+from cosmos3_robot.encoders.vision_inputs import frame_patches, image_placeholder, vit_image_size
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.processors.data_state import DataState
 from cosmos3_robot.processors.tokenizers import load_tokenizer, pad_right
@@ -36,6 +37,12 @@ from cosmos3_robot.training.data.common import (
 from cosmos3_robot.training.data.config import TEXT_STYLES, DataConfig
 
 
+def first_frame(ds: ClipDataset, row: int) -> Tensor:
+    """The frame (3, H, W) of a 1-frame ClipDataset's row (LeRobot drops a length-1 time axis)."""
+    video = ds[row]["video"]
+    return video[0] if video.ndim == 4 else video
+
+
 class _FirstFrames(Dataset):
     """Only the anchor frame of each row (no actions), for the ViT."""
 
@@ -46,8 +53,7 @@ class _FirstFrames(Dataset):
         return len(self.ds)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        video = self.ds[i]["video"]  # (1, 3, H, W), or (3, H, W): LeRobot drops a length-1 time axis
-        return {"frame": video[0] if video.ndim == 4 else video}
+        return {"frame": first_frame(self.ds, i)}
 
 
 class ReasonerData:
@@ -81,9 +87,8 @@ class ReasonerData:
                 )
             if min(dataclasses.astuple(self.tokenizer.vision_ids)) < 0:
                 raise ValueError(f"tokenizer {self.tokenizer.name} has no vision tokens (<|image_pad|> ...)")
-            unit = vc.patch_size * vc.spatial_merge_size
             size = cfg.vit_image_size or cfg.image_size or int(meta.features[cfg.image_key]["shape"][0])
-            self.vit_size = max(unit, size // unit * unit)
+            self.vit_size = vit_image_size(vc, size)
         self.split = split_dataset(cfg, meta, self.name)
         spec = ClipSpec(num_frames=1, num_actions=0)
         self.ds = clip_dataset(cfg, spec, None)
@@ -124,31 +129,27 @@ class ReasonerData:
             seed=self.cfg.seed, episode=row["episode"], frame=row["frame"], kinds=self.kinds,
         )  # fmt: skip
 
-    def _image(self, frame: Tensor) -> tuple[Tensor, Tensor]:
-        from cosmos3_robot.encoders.vit import image_patches
-
-        s = self.vit_size
-        x = frame.float()[None]
-        if tuple(x.shape[-2:]) != (s, s):
-            x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
-        x = (x.clamp(0, 1) - 0.5) / 0.5  # Qwen-VL's image mean/std of 0.5
-        return image_patches(x, self.vit.config)  # (N, patch_dim), (1, 3)
-
-    def text_batch(self, rows: list[dict[str, Any]], frames: list[Tensor] | None = None) -> TextBatch:
+    def text_batch(
+        self, rows: list[dict[str, Any]], frames: list[Tensor] | None = None, answers: bool = True
+    ) -> TextBatch:
+        """The rows' questions (after their frames, when given) and answers; `answers=False`: the
+        prompts alone, for generating the answers."""
         tok = self.tokenizer
         seqs, starts, pixels, grids = [], [], [], []
         for n, row in enumerate(rows):
             qa = self.qa(row)
             head = [tok.bos_id] if tok.bos_id is not None else []
-            if frames is not None:
-                px, grid = self._image(frames[n])
+            text = qa.prompt()
+            if frames is not None:  # the frame, the instruction (which names the target), the question
+                px, grid = frame_patches(frames[n], self.vit.config, self.vit_size)
                 pixels.append(px)
                 grids.append(grid)
                 head += image_placeholder(
                     tuple(grid[0].tolist()), tok.vision_ids, self.vit.config.spatial_merge_size
                 )
-            prompt = head + tok.encode(qa.prompt(), bos=False)
-            seqs.append(prompt + tok.encode(qa.answer, bos=False, eos=True))
+                text = f"{row['task']} {text}"
+            prompt = head + tok.encode(text, bos=False)
+            seqs.append(prompt + (tok.encode(qa.answer, bos=False, eos=True) if answers else []))
             starts.append(len(prompt))
         ids, lengths = pad_right(seqs, tok.pad_id)
         labels = torch.full_like(ids, IGNORE)
