@@ -84,6 +84,10 @@ def test_select_and_prompt_dropout_keep_each_row_its_frame(shown):
     alone = data.robot_batch([samples[2], samples[0]])  # built independently
     assert torch.equal(picked.images["pixel_values"], alone.images["pixel_values"])
     assert picked.images["image_grid_thw"].tolist() == alone.images["image_grid_thw"].tolist()
+    from cosmos3_robot.training.data.batches import shard_batch
+
+    rank1 = shard_batch(batch, 3, 1, 3)  # what the second of two ranks trains on
+    assert torch.equal(rank1.images["pixel_values"], data.robot_batch(samples[1:]).images["pixel_values"])
 
     dropped = batch.drop_prompts(torch.tensor([True, False, False]), null_token=0)
     end = data.tokenizer.vision_ids.vision_end_token_id

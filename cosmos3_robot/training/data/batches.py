@@ -86,18 +86,20 @@ def batch_size(batch: Any) -> int:
 
 
 def shard_batch(batch: Any, b: int, start: int, stop: int) -> Any:
-    """Rows [start, stop) of a global batch. A TextBatch's ViT patches (N, patch_dim) are split by
-    each image's grid (t·h·w patches per sample), not by their first dimension."""
+    """Rows [start, stop) of a global batch. ViT patches (N, patch_dim), a TextBatch's
+    `reason_kwargs` or a ClipBatch's shown frames (`images`), are split by each image's grid
+    (t·h·w patches per sample, one image per sample), not by their first dimension."""
     if start == 0 and stop == b:
         return batch
-    kw = getattr(batch, "reason_kwargs", None) or {}
+    name = "reason_kwargs" if isinstance(batch, TextBatch) else "images"
+    kw = getattr(batch, name, None) or {}
     if "pixel_values" in kw and "image_grid_thw" in kw:
         per = kw["image_grid_thw"].prod(-1).tolist()
         lo, hi = sum(per[:start]), sum(per[:stop])
         rest = {k: v for k, v in kw.items() if k not in ("pixel_values", "image_grid_thw")}
-        out = shard_rows(dataclasses.replace(batch, reason_kwargs=rest), b, start, stop)
+        out = shard_rows(dataclasses.replace(batch, **{name: rest}), b, start, stop)
         pix = {"pixel_values": kw["pixel_values"][lo:hi], "image_grid_thw": kw["image_grid_thw"][start:stop]}
-        return dataclasses.replace(out, reason_kwargs={**out.reason_kwargs, **pix})
+        return dataclasses.replace(out, **{name: {**getattr(out, name), **pix}})
     return shard_rows(batch, b, start, stop)
 
 
