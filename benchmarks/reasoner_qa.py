@@ -92,6 +92,21 @@ def main() -> None:
         }
         print(f"{q:55s} n={s['n']:3d} " + " ".join(f"{k}={v:.3f}" for k, v in table[q].items()
                                                   if isinstance(v, float)))  # fmt: skip
+    rel = [v for v in table.values() if v["direction_accuracy"] is not None]
+    n_rel, n_all = sum(v["n"] for v in rel), sum(v["n"] for v in table.values())
+    overall = {
+        "direction_accuracy": sum(v["direction_accuracy"] * v["n"] for v in rel) / max(n_rel, 1),
+        "majority_direction_accuracy": sum(v["majority_direction_accuracy"] * v["n"] for v in rel)
+        / max(n_rel, 1),
+        "direction_questions": n_rel,
+        "distance_mae_m": float(np.nanmean(np.concatenate([per_q[q]["abs_err"] for q in table]))),
+        "mean_distance_mae_m": float(np.mean(np.concatenate([per_q[q]["mean_abs_err"] for q in table]))),
+        "questions": n_all,
+    }
+    print(
+        "overall: "
+        + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in overall.items())
+    )
     result = {
         "model": str(Path(args.model).resolve()),
         "root": args.root,
@@ -99,6 +114,7 @@ def main() -> None:
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
+        "overall": overall,
         "questions": table,
     }
     if args.out:
