@@ -270,6 +270,17 @@ def frame_patches(frame: Tensor, vit_cfg, size: int) -> tuple[Tensor, Tensor]:
     return image_patches((x.clamp(0, 1) - 0.5) / 0.5, vit_cfg)
 
 
+def image_text_ids(
+    tokenizer, text: str, frame: Tensor, vit_cfg, size: int
+) -> tuple[list[int], Tensor, Tensor]:
+    """One prompt `<bos> <vision_start> <image> × n <vision_end> text`: its ids, and the frame's ViT
+    pixels and grid_thw (`frame_patches`)."""
+    px, grid = frame_patches(frame, vit_cfg, size)
+    head = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
+    head += image_placeholder(tuple(grid[0].tolist()), tokenizer.vision_ids, vit_cfg.spatial_merge_size)
+    return head + tokenizer.encode(text, bos=False), px, grid
+
+
 def image_text_prompts(
     tokenizer, texts: list[str], frames: list[Tensor], vit_cfg, size: int
 ) -> tuple[Tensor, Tensor, dict[str, Any]]:
@@ -285,12 +296,10 @@ def image_text_prompts(
         raise ValueError(f"tokenizer {tokenizer.name} has no vision tokens (<|image_pad|> ...)")
     seqs, pixels, grids = [], [], []
     for text, frame in zip(texts, frames, strict=True):
-        px, grid = frame_patches(frame, vit_cfg, size)
+        seq, px, grid = image_text_ids(tokenizer, text, frame, vit_cfg, size)
+        seqs.append(seq)
         pixels.append(px)
         grids.append(grid)
-        head = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
-        head += image_placeholder(tuple(grid[0].tolist()), ids, vit_cfg.spatial_merge_size)
-        seqs.append(head + tokenizer.encode(text, bos=False))
     input_ids, lengths = pad_right(seqs, tokenizer.pad_id)
     kwargs = {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.cat(grids), "vision_token_ids": ids}
     return input_ids, lengths, kwargs

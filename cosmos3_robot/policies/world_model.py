@@ -166,11 +166,15 @@ class WorldModel:
         return to_uint8(self.vae.decode(latents))
 
     def prompt(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        self.check_texts(texts)
+        return self.tokenizer.batch_encode(texts)
+
+    def check_texts(self, texts: list[str]) -> None:
+        """Refuse a task text that is not a string; warn about one the model never saw (`check_tasks`)."""
         bad = [t for t in texts if not isinstance(t, str)]
         if bad:
             raise ValueError(f"task texts must be strings, got {bad!r} (use '' for no instruction)")
         self.check_tasks(texts)
-        return self.tokenizer.batch_encode(texts)
 
     @property
     def tasks(self) -> list[str] | None:
@@ -211,7 +215,7 @@ class WorldModel:
                 "this model shows its Reasoner the first observed frame: pass frames= (uint8, one (H, W, 3) "
                 f"frame per task, {len(tasks)} here) to clip_batch"
             )
-        self.prompt(tasks)  # the task checks
+        self.check_texts(tasks)
         ids, lengths, images = image_text_prompts(
             self.tokenizer, tasks, list(torch.as_tensor(np.asarray(frames))), self.vit.config, self.shown_size
         )

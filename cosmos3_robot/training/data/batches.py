@@ -91,15 +91,13 @@ def shard_batch(batch: Any, b: int, start: int, stop: int) -> Any:
     (t·h·w patches per sample, one image per sample), not by their first dimension."""
     if start == 0 and stop == b:
         return batch
+    from cosmos3_robot.encoders.vision_inputs import select_images
+
     name = "reason_kwargs" if isinstance(batch, TextBatch) else "images"
     kw = getattr(batch, name, None) or {}
     if "pixel_values" in kw and "image_grid_thw" in kw:
-        per = kw["image_grid_thw"].prod(-1).tolist()
-        lo, hi = sum(per[:start]), sum(per[:stop])
-        rest = {k: v for k, v in kw.items() if k not in ("pixel_values", "image_grid_thw")}
-        out = shard_rows(dataclasses.replace(batch, **{name: rest}), b, start, stop)
-        pix = {"pixel_values": kw["pixel_values"][lo:hi], "image_grid_thw": kw["image_grid_thw"][start:stop]}
-        return dataclasses.replace(out, **{name: {**getattr(out, name), **pix}})
+        out = shard_rows(dataclasses.replace(batch, **{name: {}}), b, start, stop)
+        return dataclasses.replace(out, **{name: select_images(kw, list(range(start, stop)))})
     return shard_rows(batch, b, start, stop)
 
 

@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from cosmos3_robot.datasets import ClipDataset, ClipSpec
 from cosmos3_robot.datasets.text import make_qa
-from cosmos3_robot.encoders.vision_inputs import frame_patches, image_placeholder, vit_image_size
+from cosmos3_robot.encoders.vision_inputs import image_text_ids, vit_image_size
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.processors.data_state import DataState
 from cosmos3_robot.processors.tokenizers import load_tokenizer, pad_right
@@ -138,17 +138,13 @@ class ReasonerData:
         seqs, starts, pixels, grids = [], [], [], []
         for n, row in enumerate(rows):
             qa = self.qa(row)
-            head = [tok.bos_id] if tok.bos_id is not None else []
-            text = qa.prompt()
             if frames is not None:  # the frame, the instruction (which names the target), the question
-                px, grid = frame_patches(frames[n], self.vit.config, self.vit_size)
+                text = f"{row['task']} {qa.prompt()}"
+                prompt, px, grid = image_text_ids(tok, text, frames[n], self.vit.config, self.vit_size)
                 pixels.append(px)
                 grids.append(grid)
-                head += image_placeholder(
-                    tuple(grid[0].tolist()), tok.vision_ids, self.vit.config.spatial_merge_size
-                )
-                text = f"{row['task']} {text}"
-            prompt = head + tok.encode(text, bos=False)
+            else:
+                prompt = tok.encode(qa.prompt(), bos=True)
             seqs.append(prompt + (tok.encode(qa.answer, bos=False, eos=True) if answers else []))
             starts.append(len(prompt))
         ids, lengths = pad_right(seqs, tok.pad_id)
