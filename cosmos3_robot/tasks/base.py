@@ -285,6 +285,7 @@ class TaskHead:
         generator: torch.Generator | None = None,
         reuse_cache: bool = True,
         prompt: ReasonedPrompt | None = None,
+        noise_scale: float = 1.0,
     ) -> dict[str, Tensor]:
         """Generate this mode's noised modalities. Returns {modality: latents} with video as
         (B, C, T, H, W) (observed frames copied through), actions (B, Na, A), audio (B, Ns, Ca).
@@ -303,6 +304,7 @@ class TaskHead:
             null_prompt=null_prompt,
             generator=generator,
             reuse_cache=reuse_cache,
+            noise_scale=noise_scale,
         )
         res = {}
         for name in out:

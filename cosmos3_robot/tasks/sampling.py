@@ -65,11 +65,15 @@ class ReasonedPrompt:
         return self.cache
 
 
-def initial_latents(gen: GenInput, generator: torch.Generator | None = None) -> dict[str, Tensor]:
-    """Clean tokens keep their latents; noisy tokens start as N(0, I) noise (σ = 1)."""
+def initial_latents(
+    gen: GenInput, generator: torch.Generator | None = None, noise_scale: float = 1.0
+) -> dict[str, Tensor]:
+    """Clean tokens keep their latents; noisy tokens start as N(0, I) noise (σ = 1), times
+    `noise_scale` (< 1: low-temperature sampling, toward the flow's image of the mean)."""
     out = {}
     for name, s in gen.items():
         noise = torch.randn(s.latents.shape, generator=generator, dtype=s.latents.dtype).to(s.latents.device)
+        noise = noise * noise_scale if noise_scale != 1.0 else noise
         out[name] = torch.where(s.noisy[..., None], noise, s.latents)
     return out
 
@@ -88,8 +92,10 @@ def sample(
     noise: dict[str, Tensor] | None = None,
     generator: torch.Generator | None = None,
     reuse_cache: bool = True,
+    noise_scale: float = 1.0,
 ) -> dict[str, Tensor]:
-    """Integrate the Generator's flow from noise to data on the noisy tokens of `gen`.
+    """Integrate the Generator's flow from noise to data on the noisy tokens of `gen`; the starting
+    noise is scaled by `noise_scale` (1: the trained distribution).
 
     Returns {stream: (B, N, C) latents}: clean tokens unchanged, noisy tokens generated.
     """
@@ -104,7 +110,7 @@ def sample(
     sampler.set_timesteps(num_steps, shift)
     b = gen.batch
     x = (
-        initial_latents(gen, generator)
+        initial_latents(gen, generator, noise_scale)
         if noise is None
         else {n: torch.where(s.noisy[..., None], noise[n], s.latents) for n, s in gen.items()}
     )

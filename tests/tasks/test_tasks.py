@@ -221,3 +221,24 @@ def test_inverse_dynamics_learns_only_the_actions_its_frames_show(monkeypatch):
     assert loss_mask(three)[1].tolist() == [True] * 4 + [False] * 4
     # the policy learns every action (it predicts the future)
     assert make_task("policy").loss_masks(two) == {}
+
+
+def test_noise_scale_starts_the_flow_from_scaled_noise():
+    from cosmos3_robot.tasks.sampling import initial_latents, sample
+
+    model = tiny().eval()
+    batch = make_batch(b=2)
+    gen = make_task("policy").streams(batch)
+    eps = initial_latents(gen, torch.Generator().manual_seed(3))
+    run = dict(num_steps=3, prompt=batch.prompt())
+    want = sample(model, gen, EulerSampler(), noise={n: 0.5 * e for n, e in eps.items()}, **run)
+    got = sample(
+        model, gen, EulerSampler(), generator=torch.Generator().manual_seed(3), noise_scale=0.5, **run
+    )
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0)
+    # at scale 0 the chunk no longer depends on the seed
+    zero = [sample(model, gen, EulerSampler(), generator=torch.Generator().manual_seed(s), noise_scale=0.0, **run)
+            for s in (1, 2)]  # fmt: skip
+    assert torch.equal(zero[0]["action"], zero[1]["action"])
+    assert not torch.equal(want["action"], zero[0]["action"])
