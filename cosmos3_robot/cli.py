@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("cosmos3_robot.scripts.demo:info_main", "print model presets and their parameter counts"),
     "record": ("cosmos3_robot.scripts.record:main", "roll out a scripted expert and write a LeRobot dataset"),
     "train-vae": ("cosmos3_robot.scripts.train_vae:main", "train the small video VAE on a LeRobot dataset"),
+    "train-estimator": (
+        "cosmos3_robot.scripts.train_estimator:main",
+        "learn to read the scene state (e.g. the goal's position) off the frame",
+    ),
     "train": ("cosmos3_robot.scripts.train:main", "train the model (stages: reasoner, generator)"),
     "rollout": (
         "cosmos3_robot.scripts.rollout:main",

@@ -10,7 +10,7 @@
 # positions and velocities alone: the control arm, which must find the goal in the frames), or
 # `act_full` (LeRobot ACT on camera + joints + the simulator's state, `train-baseline
 # --environment-state`, the same minutes, batch 8, chunk 10, execute 5: the baseline for `full`).
-# Usage: privileged_state.sh DATA_DIR [MINUTES] [ARM]
+# Usage: privileged_state.sh DATA_DIR [MINUTES] [ARM] [OUT_DIR] (OUT_DIR: default DATA_DIR/privileged_<arm>)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=$(realpath "${1:-data}")
@@ -24,6 +24,7 @@ case $ARM in
   act_full) OUT=$DATA/privileged_act_full ;;
   *) echo "ARM must be environment, full, proprio or act_full, got '$ARM'" >&2; exit 2 ;;
 esac
+OUT=${4:-$OUT}
 export MUJOCO_GL=egl HF_HUB_OFFLINE=1
 if [ "$ARM" = act_full ]; then
   $CLI train-baseline --kind act --root "$DATA/reach128" --out "$OUT" --minutes "$MINUTES" --batch-size 8 \

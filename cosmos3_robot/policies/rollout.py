@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from cosmos3_robot.encoders.state_estimator import StateEstimator
 from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig
 from cosmos3_robot.policies.world_model import WorldModel
 
@@ -73,9 +74,14 @@ class WorldModelPolicy:
     """Our model in policy mode: an action chunk (and the frames it expects) every `execute` steps."""
 
     def __init__(self, world: WorldModel, execute: int = 4, sampling: SamplingConfig | None = None,
-                 imagine: bool = False, ensemble: float | None = None):  # fmt: skip
+                 imagine: bool = False, ensemble: float | None = None,
+                 estimator: StateEstimator | None = None):  # fmt: skip
         self.runner = PolicyRunner(
-            world, execute=execute, sampling=sampling or SamplingConfig(), ensemble=ensemble
+            world,
+            execute=execute,
+            sampling=sampling or SamplingConfig(),
+            ensemble=ensemble,
+            estimator=estimator,
         )
         self.imagine = imagine  # decode the predicted future frames of every chunk (for recordings)
         self.chunks: list[Chunk] = []

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from cosmos3_robot.encoders.state_estimator import StateEstimator
 from cosmos3_robot.flow import make_sampler
 from cosmos3_robot.policies.world_model import WorldModel
 from cosmos3_robot.tasks import ReasonedPrompt, make_task
@@ -27,10 +28,15 @@ class SamplingConfig:
     sampler: str = "euler"
     shift: float = 1.0
     seed: int = 0
+    noise_scale: float = 1.0  # the starting noise's std: < 1 samples at a lower temperature
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
             raise ValueError(f"SamplingConfig.steps must be > 0, got {self.steps}")
+        if not (np.isfinite(self.noise_scale) and self.noise_scale >= 0):
+            raise ValueError(
+                f"SamplingConfig.noise_scale must be a finite number >= 0, got {self.noise_scale}"
+            )
         make_sampler(self.sampler)  # validates the name
 
 
@@ -63,6 +69,10 @@ class PolicyRunner:
 
     `act(obs, task)` takes a Gymnasium observation dict (`pixels` H×W×3 uint8) and returns one action.
 
+    With `estimator` (a `StateEstimator` of one of the model's state keys, e.g. the simulator's
+    `environment_state`) that part of the state is read off the current frame and the instruction at
+    every plan; the observation's own value for it is dropped unread.
+
     With `ensemble=m` it re-plans at every step and averages, for the current step, the actions of
     every chunk that covers it, the oldest weighted most: w_i = exp(-m·i), i = 0 for the oldest
     (ACT's temporal ensembling, Zhao et al. 2023); `execute` is then unused.
@@ -72,9 +82,12 @@ class PolicyRunner:
     execute: int = 4  # actions taken from each sampled chunk before re-planning
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     ensemble: float | None = None
+    estimator: StateEstimator | None = None
 
     def __post_init__(self) -> None:
         g = self.world.geometry
+        if self.estimator is not None:
+            check_estimator(self.estimator, self.world)
         if self.world.actions is None:
             raise ValueError("PolicyRunner needs a world model trained with actions")
         if not 1 <= self.execute <= g.num_actions:
@@ -157,13 +170,37 @@ class PolicyRunner:
         return frames.permute(0, 2, 3, 1).numpy()
 
     def act(self, obs: dict, task: str) -> np.ndarray:
-        check_obs(obs, task, self.world.state_obs_keys)
+        keys = self.world.state_obs_keys
+        if self.estimator is not None:
+            estimated = self.estimator.config.obs_key
+            obs = {k: v for k, v in obs.items() if k != estimated}  # never read, even by mistake
+            keys = [k for k in keys if k != estimated]
+        check_obs(obs, task, keys)
         if self.needs_plan():
             t0 = time.perf_counter()
+            if self.estimator is not None:
+                obs[estimated] = self.estimator.estimate(obs["pixels"], task)
             chunk = self.plan(obs["pixels"], task, self.world.obs_state(obs))
             self.last_plan_ms = (time.perf_counter() - t0) * 1e3
             self.add_plan(chunk)
         return self.next_action()
+
+
+def check_estimator(estimator: StateEstimator, world: WorldModel) -> None:
+    """Refuse, before any episode, an estimator of a state the model does not read or of frames of
+    another size than the model's."""
+    c = estimator.config
+    if c.obs_key not in world.state_obs_keys:
+        have = world.state.key if world.state is not None else "no state"
+        raise ValueError(
+            f"the state estimator estimates {c.state_key}, but the model is conditioned on {have}; train the "
+            f"model with +data.options.state_key including {c.state_key}, or drop the estimator"
+        )
+    if c.image_size != world.geometry.image_size:
+        raise ValueError(
+            f"the state estimator reads {c.image_size} px frames and the model {world.geometry.image_size} px; "
+            "train both on the same dataset"
+        )
 
 
 def sample_mode(
@@ -184,6 +221,7 @@ def sample_mode(
         shift=sampling.shift,
         generator=generator if generator is not None else torch.Generator().manual_seed(sampling.seed),
         prompt=prompt if prompt is not None else world.reasoned(batch),
+        noise_scale=sampling.noise_scale,
     )
 
 

@@ -64,7 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="temporal ensembling (ACT): re-plan every step and average the overlapping chunks with "
         "weights exp(-M * age), the oldest first; M=0.01 is ACT's (default: off, use --execute)",
     )
+    p.add_argument(
+        "--estimator",
+        type=Path,
+        default=None,
+        help="a state estimator folder (`train-estimator --out DIR` writes DIR/estimator): the part of the "
+        "model's state it estimates (e.g. the simulator's environment_state) is read off each frame instead of "
+        "taken from the env",
+    )
     p.add_argument("--steps", type=int, default=10, help="denoising steps per chunk (default: %(default)s)")
+    p.add_argument(
+        "--noise-scale",
+        type=float,
+        default=1.0,
+        help="std of the flow's starting noise: 1 samples the trained distribution, < 1 a lower temperature "
+        "(0: one deterministic chunk per observation) (default: %(default)s)",
+    )
     p.add_argument("--image-size", type=int, default=None, help="env camera size (default: the model's)")
     p.add_argument("--rrd", action="store_true", help="also write a rerun recording per episode")
     p.add_argument("--no-video", action="store_true", help="do not write MP4 files")
@@ -84,6 +99,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
     if args.steps < 1 or args.execute < 1:
         raise ValueError(f"--steps and --execute must be >= 1, got {args.steps} and {args.execute}")
+    if args.estimator is not None and args.model is None:
+        raise ValueError("--estimator feeds our model's state: it needs --model, not --policy")
 
 
 def make_policy(args: argparse.Namespace):
@@ -115,12 +132,16 @@ def make_policy(args: argparse.Namespace):
     world = WorldModel.from_folder(args.model)
     if world.actions is None:
         raise ValueError(f"{args.model} was trained without actions: it cannot act; train it with actions")
-    sampling = SamplingConfig(steps=args.steps)
+    sampling = SamplingConfig(steps=args.steps, noise_scale=args.noise_scale)
     from cosmos3_robot.policies.rollout import WorldModelPolicy
 
-    policy = WorldModelPolicy(
-        world, execute=args.execute, sampling=sampling, imagine=args.rrd, ensemble=args.ensemble
-    )
+    estimator = None
+    if args.estimator is not None:
+        from cosmos3_robot.encoders.state_estimator import load_estimator
+
+        estimator = load_estimator(args.estimator)
+    policy = WorldModelPolicy(world, execute=args.execute, sampling=sampling, imagine=args.rrd,
+                              ensemble=args.ensemble, estimator=estimator)  # fmt: skip
     world.check_env(args.env)
     g = world.geometry
     if args.image_size is not None and args.image_size != g.image_size:
