@@ -9,9 +9,7 @@ the same --out resumes) and `estimator/` (what `rollout --estimator` loads), bot
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -22,9 +20,10 @@ from torch import Tensor
 
 from cosmos3_robot.datasets.episodes import open_source, read_episodes
 from cosmos3_robot.encoders.state_estimator import EstimatorConfig, StateEstimator, save_estimator
-from cosmos3_robot.files import CheckpointError, save_tensors, write_json_atomic
+from cosmos3_robot.files import CheckpointError, write_json_atomic
 from cosmos3_robot.processors.data_state import OBS_KEYS
 from cosmos3_robot.processors.normalize import key_parts
+from cosmos3_robot.training.one_file_checkpoint import read_one_file, restore, save_one_file
 
 
 @dataclass
@@ -155,41 +154,16 @@ def lr_at(cfg: EstimatorTrainConfig, step: int) -> float:
     return cfg.lr * (0.05 + 0.475 * (1 + math.cos(math.pi * frac)))
 
 
-def _save_checkpoint(path: Path, model, opt, gen, meta: dict) -> None:
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    for i, st in opt.state_dict()["state"].items():
-        for k, v in st.items():
-            tensors[f"optim.{i}.{k}"] = torch.as_tensor(v)
-    tensors["rng.sampler"] = gen.get_state()
-    tmp = path.with_name(path.name + ".tmp")
-    save_tensors(tmp, tensors, metadata={"meta": json.dumps(meta)})
-    os.replace(tmp, path)
-
-
-def _load_checkpoint(path: Path, model, opt, gen) -> dict:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = json.loads(f.metadata()["meta"])
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"{path} cannot be read ({e}); it is truncated or corrupt: delete it to start over"
-        ) from None
+def _load_checkpoint(path: Path, model: StateEstimator, opt, gen) -> dict:
+    meta, tensors = read_one_file(path)
     if meta["estimator_config"] != asdict(model.config):
         raise CheckpointError(
             f"{path} holds an estimator with other settings ({meta['estimator_config']}); use a new --out or "
             "the options of the run that wrote it"
         )
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    state = opt.state_dict()
-    for key, v in tensors.items():
-        if key.startswith("optim."):
-            _, i, name = key.split(".", 2)
-            state["state"].setdefault(int(i), {})[name] = v
-    opt.load_state_dict(state)
-    gen.set_state(tensors["rng.sampler"])
+    weights, rng = restore(tensors, opt)
+    model.load_state_dict(weights)
+    gen.set_state(rng["sampler"])
     return meta
 
 
@@ -230,7 +204,7 @@ def train_estimator(cfg: EstimatorTrainConfig, record: dict, log=print) -> dict:
         meta = {"step": step, "train_seconds": round(seconds, 1), "history": history,
                 "estimator_config": asdict(config), "args": asdict(cfg), "data": info}  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
-        _save_checkpoint(ckpt, model, opt, gen, meta)
+        save_one_file(ckpt, model.state_dict(), opt, {"sampler": gen.get_state()}, meta)
         save_estimator(out / "estimator", model, {**record, "step": step, "train_seconds": round(seconds, 1),
                                                   "held_out": history[-1] if history else None, "data": info})  # fmt: skip
         write_json_atomic(out / "train_log.json", meta)

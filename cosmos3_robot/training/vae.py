@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -46,8 +45,9 @@ from cosmos3_robot.eval.metrics import (
     latent_spread,
     later_latent_use,
 )
-from cosmos3_robot.files import CheckpointError, save_tensors, write_json_atomic
+from cosmos3_robot.files import CheckpointError, write_json_atomic
 from cosmos3_robot.processors.geometry import check_spatial_size
+from cosmos3_robot.training.one_file_checkpoint import read_one_file, restore, save_one_file
 from cosmos3_robot.training.vae_config import VAETrainConfig
 
 CLIP_FRAMES = 5  # the shortest clip that exercises the temporal path (latent 0 + latent 1)
@@ -197,28 +197,12 @@ def latent_stats(vae: VideoVAE, clips: Tensor, batch: int = 4) -> tuple[Tensor, 
 def save_vae_checkpoint(
     path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator, meta: dict
 ) -> None:
-    tensors = {f"model.{k}": v for k, v in vae.autoencoder.state_dict().items()}
-    for i, state in opt.state_dict()["state"].items():
-        for k, v in state.items():
-            tensors[f"optim.{i}.{k}"] = torch.as_tensor(v)
-    tensors["rng.torch"] = torch.get_rng_state()
-    tensors["rng.sampler"] = gen.get_state()
-    tmp = path.with_name(path.name + ".tmp")
-    save_tensors(tmp, tensors, metadata={"meta": json.dumps(meta)})
-    os.replace(tmp, path)
+    rng = {"torch": torch.get_rng_state(), "sampler": gen.get_state()}
+    save_one_file(path, vae.autoencoder.state_dict(), opt, rng, meta)
 
 
 def load_vae_checkpoint(path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, gen: torch.Generator) -> dict:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            meta = json.loads(f.metadata()["meta"])
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"{path} cannot be read ({e}); it is truncated or corrupt: delete it to start over"
-        ) from None
+    meta, tensors = read_one_file(path)
     want = json.loads(json.dumps(asdict(vae.config)))
     measured = ("latents_mean", "latents_std")  # set from the data at every save
     changed = sorted(k for k, v in want.items() if k not in measured and meta["vae_config"].get(k) != v)
@@ -227,15 +211,10 @@ def load_vae_checkpoint(path: Path, vae: VideoVAE, opt: torch.optim.Optimizer, g
             f"{path} holds a VAE with other settings ({', '.join(changed)}); use a new --out or the "
             "options of the run that wrote it"
         )
-    vae.autoencoder.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    state = opt.state_dict()
-    for key, v in tensors.items():
-        if key.startswith("optim."):
-            _, i, name = key.split(".", 2)
-            state["state"].setdefault(int(i), {})[name] = v
-    opt.load_state_dict(state)
-    torch.set_rng_state(tensors["rng.torch"])
-    gen.set_state(tensors["rng.sampler"])
+    model, rng = restore(tensors, opt)
+    vae.autoencoder.load_state_dict(model)
+    torch.set_rng_state(rng["torch"])
+    gen.set_state(rng["sampler"])
     return meta
 
 
