@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cosmos3_robot.scripts.train_estimator:main",
         "learn to read the scene state (e.g. the goal's position) off the frame",
     ),
+    "train-labeller": (
+        "cosmos3_robot.scripts.train_labeller:main",
+        "learn the actions from the motion between frames, to label video (label --labeller)",
+    ),
     "train": ("cosmos3_robot.scripts.train:main", "train the model (stages: reasoner, generator)"),
     "rollout": (
         "cosmos3_robot.scripts.rollout:main",

@@ -79,6 +79,20 @@ def spatial_softmax(features: Tensor) -> Tensor:
     return torch.cat([x, y], dim=1)
 
 
+def conv_trunk(in_channels: int, width: int) -> tuple[nn.ModuleList, nn.ModuleList]:
+    """The three convs (5×5 stride 2, 3×3 stride 2, 3×3) and their GroupNorms that both frame readers
+    (this estimator and `encoders/inverse_dynamics.py`) put before their spatial-softmax keypoints."""
+    w = width
+    convs = nn.ModuleList(
+        [
+            nn.Conv2d(in_channels, w, 5, stride=2, padding=2),
+            nn.Conv2d(w, 2 * w, 3, stride=2, padding=1),
+            nn.Conv2d(2 * w, 2 * w, 3, padding=1),
+        ]
+    )
+    return convs, nn.ModuleList([nn.GroupNorm(8, w), nn.GroupNorm(8, 2 * w), nn.GroupNorm(8, 2 * w)])
+
+
 class StateEstimator(nn.Module):
     """(frames uint8 (B, 3, H, W), instructions) -> normalised state (B, state_dim)."""
 
@@ -86,14 +100,7 @@ class StateEstimator(nn.Module):
         super().__init__()
         self.config = c = config
         w = c.width
-        self.convs = nn.ModuleList(
-            [
-                nn.Conv2d(3, w, 5, stride=2, padding=2),
-                nn.Conv2d(w, 2 * w, 3, stride=2, padding=1),
-                nn.Conv2d(2 * w, 2 * w, 3, padding=1),
-            ]
-        )
-        self.norms = nn.ModuleList([nn.GroupNorm(8, w), nn.GroupNorm(8, 2 * w), nn.GroupNorm(8, 2 * w)])
+        self.convs, self.norms = conv_trunk(3, w)
         self.words = nn.EmbeddingBag(c.vocab, c.embed, mode="mean")
         self.film = nn.Linear(c.embed, 4 * w)  # (scale, shift) of the last conv's channels
         self.keypoint_maps = nn.Conv2d(2 * w, c.keypoints, 1)

@@ -123,6 +123,29 @@ def latency_stats(ms: list[float]) -> dict[str, float | int | None]:
     }
 
 
+def dataclass_options(
+    parser: argparse.ArgumentParser,
+    cls,
+    helps: dict[str, str],
+    required: tuple[str, ...] = ("out", "root"),
+    many: tuple[str, ...] = ("root",),
+) -> None:
+    """One --option per field of the dataclass `cls` (int, float or str by its annotation), with the
+    field's default; `required` fields have none, `many` take one or more values."""
+    for name, field in cls.__dataclass_fields__.items():
+        kind = int if field.type.startswith("int") else float if field.type.startswith("float") else str
+        kwargs: dict[str, Any] = {"type": kind, "help": helps[name]}
+        if name in required:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = field.default
+        if name in many:
+            kwargs["nargs"] = "+"
+        if name == "dtype":
+            kwargs["choices"] = ("bf16", "fp32")
+        parser.add_argument("--" + name.replace("_", "-"), **kwargs)
+
+
 def add_threads_option(parser) -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"

@@ -2,14 +2,18 @@
 
     cosmos3-robot label --model runs/push/model --source videos/ --out data/push_labelled
     cosmos3-robot label --model runs/push/model --source data/push --out data/push_relabelled --check
+    cosmos3-robot label --labeller runs/labeller/labeller --source videos/ --out data/labelled
 
-Reads: a model folder written by `cosmos3-robot train` (trained with actions), and --source: a folder
+Reads: a model folder written by `cosmos3-robot train` (trained with actions; its inverse-dynamics
+mode labels), or with --labeller the frame-to-frame labeller `train-labeller` wrote
+(`encoders/inverse_dynamics.py`: any frame rate, rescaled to its own), and --source: a folder
 of videos (.mp4/.webm/...; `<name>.txt` beside a video holds its task text) or a LeRobot dataset
 (its actions are ignored). Frames must be square at the model's image size (or pass --resize) and
 the video at the model's frame rate.
 Writes --out, a LeRobot v3 dataset written with LeRobot's own writer: per frame `observation.image`,
 `action` (inverse dynamics over overlapping windows, averaged; see policies/labelling.py),
-`label_confidence` (1 when all windows and samples agree), and `observation.state` and the task text
+`label_confidence` (1 when all windows and samples agree; not written with --labeller, which is
+deterministic), and `observation.state` and the task text
 when the source has them. `meta/cosmos3_label.json` holds the run's config, commit, speed (frames
 labelled per second, and the VAE encode alone) and, with --check, per-dimension MSE and R² against the
 source's true actions beside the mean-action baseline.
@@ -22,7 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +42,9 @@ from cosmos3_robot.scripts.common import (
     run_config,
 )
 
+if TYPE_CHECKING:
+    from cosmos3_robot.policies.labelling import EpisodeLabels
+
 REPORT = "meta/cosmos3_label.json"
 
 
@@ -42,7 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cosmos3-robot label", description=__doc__, formatter_class=HelpFormatter
     )
-    p.add_argument("--model", type=Path, required=True, help="model folder written by `cosmos3-robot train`")
+    p.add_argument("--model", type=Path, default=None, help="model folder written by `cosmos3-robot train`")
+    p.add_argument(
+        "--labeller",
+        type=Path,
+        default=None,
+        help="instead of --model: the labeller/ folder `cosmos3-robot train-labeller` wrote",
+    )
     p.add_argument("--source", type=Path, required=True, help="folder of videos, or a LeRobot dataset folder")
     p.add_argument(
         "--out", type=Path, required=True, help="the labelled LeRobot dataset to write (or continue)"
@@ -83,11 +99,63 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def output_features(world, source, size: int) -> dict:
+@dataclass
+class Job:
+    """What `label` needs of either labeller: the frames it reads, the labels it writes."""
+
+    name: str  # "the model" or "the labeller", in error messages
+    image_size: int
+    fps: float | None  # the rate the frames must come at; None: any (the labeller rescales)
+    action_dim: int
+    action_mean: np.ndarray  # the training mean: the --check baseline
+    min_frames: int  # shorter episodes are padded (and listed in the report)
+    confidence: bool  # writes label_confidence
+    label: Callable[[list[np.ndarray], list[str], list[float]], list[EpisodeLabels]]
+    encode_seconds: Callable[[], float]
+
+
+def world_job(args) -> Job:
+    from cosmos3_robot.policies.labelling import EpisodeLabeller
+    from cosmos3_robot.policies.runners import SamplingConfig
+    from cosmos3_robot.policies.world_model import WorldModel
+
+    world = WorldModel.from_folder(args.model)
+    labeller = EpisodeLabeller(world, args.stride, args.samples, args.batch, SamplingConfig(steps=args.steps))
+    g = world.geometry
+    return Job("the model", g.image_size, g.fps, world.actions.dim,
+               np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64),
+               (g.num_frames - 1) * g.frame_step + 1, True,
+               lambda frames, tasks, fps: labeller.label(frames, tasks), lambda: world.encode_seconds)  # fmt: skip
+
+
+def labeller_job(args) -> Job:
+    from cosmos3_robot.encoders.inverse_dynamics import load_labeller
+    from cosmos3_robot.policies.labelling import EpisodeLabels
+
+    idm = load_labeller(args.labeller)
+    c = idm.config
+
+    def label(frames, tasks, fps) -> list[EpisodeLabels]:
+        return [EpisodeLabels(idm.label_episode(f, r), None, None) for f, r in zip(frames, fps, strict=True)]
+
+    return Job(
+        "the labeller",
+        c.image_size,
+        None,
+        c.action_dim,
+        idm.mean.double().numpy(),
+        2,
+        False,
+        label,
+        lambda: 0.0,
+    )
+
+
+def output_features(job: Job, source) -> dict:
     names = None
     if source.dataset is not None and source.has_actions:
         names = source.dataset.meta.features[source.action_key].get("names")
-    dim = world.actions.dim
+    dim, size = job.action_dim, job.image_size
     feats = {
         "observation.image": {
             "dtype": "video",
@@ -95,8 +163,9 @@ def output_features(world, source, size: int) -> dict:
             "names": ["height", "width", "channels"],
         },
         "action": {"dtype": "float32", "shape": (dim,), "names": names or [f"a{i}" for i in range(dim)]},
-        "label_confidence": {"dtype": "float32", "shape": (1,), "names": ["confidence"]},
     }
+    if job.confidence:
+        feats["label_confidence"] = {"dtype": "float32", "shape": (1,), "names": ["confidence"]}
     if source.has_state:
         st = source.dataset.meta.features[source.state_key]
         feats["observation.state"] = {
@@ -107,37 +176,31 @@ def output_features(world, source, size: int) -> dict:
     return feats
 
 
-def prepare(world, ep, resize: bool) -> np.ndarray:
-    """Frames at the model's size and rate, or a clear error."""
+def prepare(job: Job, ep, resize: bool) -> np.ndarray:
+    """Frames at the labeller's size and rate, or a clear error."""
     import torch
 
     from cosmos3_robot.processors.frames import resize_frames
 
-    g = world.geometry
-    if abs(ep.fps - g.fps) > 1e-3 * g.fps:
+    if job.fps is not None and abs(ep.fps - job.fps) > 1e-3 * job.fps:
         raise ValueError(
-            f"{ep.name} is at {ep.fps:g} fps; the model was trained at {g.fps:g} (resample the video)"
+            f"{ep.name} is at {ep.fps:g} fps; the model was trained at {job.fps:g} (resample the video, or "
+            "label it with a `train-labeller` labeller, which takes any rate)"
         )
     h, w = ep.frames.shape[1:3]
-    if (h, w) != (g.image_size, g.image_size):
+    size = job.image_size
+    if (h, w) != (size, size):
         if not resize or h != w:
             raise ValueError(
-                f"{ep.name} has {h}x{w} frames; the model was trained on {g.image_size}x{g.image_size}"
+                f"{ep.name} has {h}x{w} frames; {job.name} was trained on {size}x{size}"
                 + (" (pass --resize)" if h == w else " (crop them square first)")
             )
         ep.frames = (
-            resize_frames(torch.from_numpy(ep.frames).permute(0, 3, 1, 2), g.image_size)
-            .permute(0, 2, 3, 1)
-            .numpy()
+            resize_frames(torch.from_numpy(ep.frames).permute(0, 3, 1, 2), size).permute(0, 2, 3, 1).numpy()
         )
     if len(ep.frames) < 2:
         raise ValueError(f"{ep.name} has {len(ep.frames)} frame(s); a label needs a transition (>= 2 frames)")
     return ep.frames
-
-
-def clip_span(world) -> int:
-    g = world.geometry
-    return (g.num_frames - 1) * g.frame_step + 1
 
 
 def _video_length(path) -> int:
@@ -155,8 +218,9 @@ def write_episode(root, repo_id, fps, features, ep, labels) -> None:
     dataset = open_session(root, repo_id, fps, features, None)
     try:
         for t in range(len(ep.frames)):
-            frame = {"observation.image": ep.frames[t], "action": labels.actions[t],
-                     "label_confidence": labels.confidence[t : t + 1], "task": ep.task}  # fmt: skip
+            frame = {"observation.image": ep.frames[t], "action": labels.actions[t], "task": ep.task}
+            if "label_confidence" in features:
+                frame["label_confidence"] = labels.confidence[t : t + 1]
             if "observation.state" in features:
                 frame["observation.state"] = ep.state[t]
             dataset.add_frame(frame)
@@ -221,16 +285,16 @@ def _run(args: argparse.Namespace) -> int:
 
     from cosmos3_robot.datasets.episodes import open_source, read_episodes
     from cosmos3_robot.datasets.writer import quiet_writer
-    from cosmos3_robot.policies.labelling import EpisodeLabeller
-    from cosmos3_robot.policies.runners import SamplingConfig
-    from cosmos3_robot.policies.world_model import WorldModel
 
-    world = WorldModel.from_folder(args.model)
-    labeller = EpisodeLabeller(world, args.stride, args.samples, args.batch, SamplingConfig(steps=args.steps))
-    source = open_source(args.source, args.image_key)
-    if source.files is not None and all(_video_length(f) < clip_span(world) for f in source.files):
+    if (args.model is None) == (args.labeller is None):
         raise ValueError(
-            f"every video in {args.source} is shorter than one clip of the model ({clip_span(world)} frames)"
+            "label needs exactly one of --model (a trained world model) and --labeller (train-labeller's)"
+        )
+    job = world_job(args) if args.model is not None else labeller_job(args)
+    source = open_source(args.source, args.image_key)
+    if source.files is not None and all(_video_length(f) < job.min_frames for f in source.files):
+        raise ValueError(
+            f"every video in {args.source} is shorter than one clip of the model ({job.min_frames} frames)"
         )
     if args.check and not source.has_actions:
         raise ValueError(f"--check needs true actions, and {args.source} has none")
@@ -243,24 +307,28 @@ def _run(args: argparse.Namespace) -> int:
     config = run_config(args)
     report_path = out / REPORT
     done, report = resume_point(out, repo_id, config)
-    features = output_features(world, source, world.geometry.image_size)
-    fps = int(round(world.geometry.fps))
+    features = output_features(job, source)
+    fps = None  # the output's rate: the source's (one rate per output dataset)
     total = source.num_episodes if args.max_episodes is None else min(args.max_episodes, source.num_episodes)
     todo = list(range(done, total))
     bar = tqdm(total=total, initial=done, desc="label", unit="ep", disable=args.no_progress)
     true, pred = [], []
     for i in range(0, len(todo), args.group):
         eps = list(read_episodes(source, todo[i : i + args.group], args.task))
-        frames = [prepare(world, ep, args.resize) for ep in eps]
-        for ep in eps:  # its windows repeat the last frame: labelled, and listed in the report
-            if len(ep.frames) < clip_span(world):
+        frames = [prepare(job, ep, args.resize) for ep in eps]
+        for ep in eps:
+            fps = fps or int(round(ep.fps))
+            if abs(ep.fps - fps) > 1e-3 * fps:
+                raise ValueError(f"{ep.name} is at {ep.fps:g} fps and earlier episodes at {fps}: one output "
+                                 "dataset has one frame rate; label them into separate --out folders")  # fmt: skip
+            if len(ep.frames) < job.min_frames:  # its windows repeat the last frame: labelled, and reported
                 report.setdefault("padded_episodes", []).append(ep.index)
                 bar.write(f"warning: {ep.name} has {len(ep.frames)} frames, fewer than one clip of the model "
-                          f"({clip_span(world)}); its windows repeat its last frame")  # fmt: skip
-        t0, enc0 = time.perf_counter(), world.encode_seconds
-        labels = labeller.label(frames, [ep.task for ep in eps])
+                          f"({job.min_frames}); its windows repeat its last frame")  # fmt: skip
+        t0, enc0 = time.perf_counter(), job.encode_seconds()
+        labels = job.label(frames, [ep.task for ep in eps], [ep.fps for ep in eps])
         report["seconds"] += time.perf_counter() - t0
-        report["encode_seconds"] += world.encode_seconds - enc0
+        report["encode_seconds"] += job.encode_seconds() - enc0
         for ep, lab in zip(eps, labels, strict=True):
             with quiet_writer():
                 write_episode(out, repo_id, fps, features, ep, lab)
@@ -276,8 +344,10 @@ def _run(args: argparse.Namespace) -> int:
         write_json_atomic(report_path, report)
     bar.close()
     if args.check and true:
-        mean = np.asarray(world.actions.normalizer.stats[world.actions.key].mean, dtype=np.float64)
-        report["check"] = {**check_report(true, pred, mean), "episodes": len(true)}  # labelled by this call
+        report["check"] = {
+            **check_report(true, pred, job.action_mean),
+            "episodes": len(true),
+        }  # labelled by this call
         write_json_atomic(report_path, report)
         c = report["check"]
         print(f"check: action MSE {c['mse']:.4f} (mean action {c['mean_action_mse']:.4f}), R² {c['r2']:.3f}; "

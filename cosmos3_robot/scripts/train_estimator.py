@@ -18,6 +18,7 @@ from cosmos3_robot.scripts.common import (
     HelpFormatter,
     add_threads_option,
     apply_threads,
+    dataclass_options,
     provenance,
     run_config,
 )
@@ -47,20 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cosmos3-robot train-estimator", description=__doc__, formatter_class=HelpFormatter
     )
-    fields = EstimatorTrainConfig.__dataclass_fields__
-    for name in EstimatorTrainConfig.field_names():
-        field = fields[name]
-        kind = int if field.type.startswith("int") else float if field.type.startswith("float") else str
-        kwargs = {"type": kind, "help": _HELP[name]}
-        if name in ("out", "root"):
-            kwargs["required"] = True
-        else:
-            kwargs["default"] = field.default
-        if name == "root":
-            kwargs["nargs"] = "+"
-        if name == "dtype":
-            kwargs["choices"] = ("bf16", "fp32")
-        p.add_argument("--" + name.replace("_", "-"), **kwargs)
+    dataclass_options(p, EstimatorTrainConfig, _HELP)
     add_threads_option(p)
     return p
 
