@@ -15,6 +15,11 @@ The packed copy follows its weights: when a weight changes in place (an optimise
 does not cover goes through `F.linear` unchanged: autograd, other devices, other dtypes, and weights
 created under `torch.inference_mode` (they have no version counter, so a stale copy could not be told).
 
+With `linear_dtype=torch.bfloat16` the packed weights are kept in bf16 and every packed product
+casts its float32 input to bf16 and its output back (bias added in float32): on a CPU with AMX or
+AVX512-BF16 the thin products of a denoising step run 2-3x faster, at bf16's precision (about three
+significant digits). The rest of the model stays float32. Off by default; `rollout --linear-dtype`.
+
 `pack_for_cpu` also turns on the fused RMSNorm and QK-norm + rotation kernels of `cpu_kernels`, the
 other per-call cost that weighs on a thin denoising step.
 
@@ -77,18 +82,21 @@ class PackedConcat:
     the caller then runs the Linears one by one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, compute_dtype: torch.dtype | None = None) -> None:
         self._packed: Tensor | None = None
         self._bias: Tensor | None = None
         self._key: tuple | None = None
+        self.compute_dtype = compute_dtype  # bf16: products in bf16 for float32 inputs
 
     def __call__(self, x: Tensor, linears: tuple[nn.Linear, ...]) -> Tensor | None:
         tensors = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
         if not _packable(x, tensors):
             return None
-        key = _key(tensors)
+        low = self.compute_dtype is not None and x.dtype == torch.float32
+        key = (_key(tensors), low)
         if key != self._key:
-            self._packed = _pack(torch.cat([lin.weight for lin in linears]))
+            weight = torch.cat([lin.weight for lin in linears])
+            self._packed = _pack(weight.to(self.compute_dtype) if low else weight)
             biases = [lin.bias for lin in linears]
             self._bias = (
                 None
@@ -101,13 +109,16 @@ class PackedConcat:
                 )
             )
             self._key = key
+        if low:
+            y = _packed_linear(x.to(self.compute_dtype), self._packed, None).float()
+            return y if self._bias is None else y + self._bias
         return _packed_linear(x, self._packed, self._bias)
 
     def __getstate__(self):  # a cache: never pickled or deep-copied
-        return {}
+        return {"compute_dtype": self.compute_dtype}
 
     def __setstate__(self, state) -> None:
-        self.__init__()
+        self.__init__(state.get("compute_dtype"))
 
 
 def run_linears(concat: PackedConcat | None, x: Tensor, linears: tuple[nn.Linear, ...]) -> tuple[Tensor, ...]:
@@ -124,10 +135,11 @@ class PackedLinear(nn.Linear):
     a `PackedConcat` of itself alone."""
 
     _cache: PackedConcat | None = None
+    linear_dtype: torch.dtype | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self._cache is None:
-            self._cache = PackedConcat()
+            self._cache = PackedConcat(self.linear_dtype)
         y = self._cache(x, (self,))
         return F.linear(x, self.weight, self.bias) if y is None else y
 
@@ -174,14 +186,22 @@ class CPUTowerAttention(TowerAttention):
 _SWAPS = {GatedMLP: CPUGatedMLP, TowerAttention: CPUTowerAttention}
 
 
-def pack_for_cpu(model: nn.Module) -> nn.Module:
+LINEAR_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def pack_for_cpu(model: nn.Module, linear_dtype: torch.dtype | None = None) -> nn.Module:
     """Swap `model`'s modules for their packed CPU subclasses, in place; returns `model`.
 
     Every plain `nn.Linear` becomes a `PackedLinear`, every `GatedMLP` / `TowerAttention` its packed
     subclass with an empty `PackedConcat`. The modules keep their Parameter objects (tied weights stay
     tied, an optimiser keeps working), so nothing is copied. Linears stay as they are where PyTorch
-    has no oneDNN. The fused kernels are turned on (`set_fused_kernels`).
+    has no oneDNN. The fused kernels are turned on (`set_fused_kernels`). `linear_dtype=torch.bfloat16`
+    runs the packed products of float32 inputs in bf16 (module docstring).
     """
+    if linear_dtype not in LINEAR_DTYPES.values():
+        raise ValueError(
+            f"linear_dtype must be one of {list(LINEAR_DTYPES)} (None or torch.bfloat16), got {linear_dtype}"
+        )
     set_fused_kernels(model, True)
     if not available():
         return model
@@ -190,8 +210,11 @@ def pack_for_cpu(model: nn.Module) -> nn.Module:
             module.__class__ = PackedLinear  # same attributes, new forward: nothing is copied
         elif type(module) in _SWAPS:
             module.__class__ = _SWAPS[type(module)]
+        if isinstance(module, PackedLinear):
+            module.linear_dtype = linear_dtype
+            module.__dict__.pop("_cache", None)
         if isinstance(module, CPUGatedMLP | CPUTowerAttention):
-            module.concat = PackedConcat()
+            module.concat = PackedConcat(linear_dtype)
     return model
 
 
@@ -217,7 +240,7 @@ def unpack(model: nn.Module) -> nn.Module:
     }
     for module in model.modules():
         if type(module) in plain:
-            for attr in ("_cache", "concat", "fused"):
+            for attr in ("_cache", "concat", "fused", "linear_dtype"):
                 module.__dict__.pop(attr, None)
             module.__class__ = plain[type(module)]
     return model

@@ -102,6 +102,14 @@ class WorldModel:
             vae = load_vae(path, model.config.latent_channels, preset=ref.preset or "tiny", seed=ref.seed)
         return cls(model, vae, state, vit)
 
+    def set_linear_dtype(self, name: str) -> None:
+        """Run the model's packed products in `name` ("fp32" or "bf16"; `infra/cpu_pack.py`)."""
+        from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES
+
+        if name not in LINEAR_DTYPES:
+            raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
+        pack_for_cpu(self.model, LINEAR_DTYPES[name])
+
     @property
     def embodiment(self) -> int:
         if self.actions is None:

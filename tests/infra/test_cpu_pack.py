@@ -27,7 +27,9 @@ def test_packed_linear_matches_f_linear_and_follows_weight_updates():
         x = torch.randn(5, 7, 48)
         with torch.no_grad():
             torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
-        assert lin._cache._key is not None and lin._cache._key[0][1] == lin.weight._version  # packed path ran
+        assert (
+            lin._cache._key is not None and lin._cache._key[0][0][1] == lin.weight._version
+        )  # packed path ran
         lin(x).square().mean().backward()  # grad mode: plain F.linear, gradients flow
         assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
         opt.step()  # in-place update: the next no-grad call must repack
@@ -158,3 +160,34 @@ def test_packed_gate_up_equals_the_qwen3_mlp_formula():
         torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-6)
     unpack(mlp)
     assert type(mlp) is GatedMLP and "concat" not in mlp.__dict__
+
+
+def test_bf16_products_of_a_float32_model_equal_f_linear_on_bf16_rounded_operands():
+    """linear_dtype=bf16: each product is the exact product of the bf16-rounded input and weight
+    (accumulated in fp32 by oneDNN), bias added in fp32; the model's outputs stay float32 and close."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 96)
+    pack_for_cpu(lin, torch.bfloat16)
+    x = torch.randn(7, 64)
+    with torch.no_grad():
+        y = lin(x)
+        oracle = F.linear(x.bfloat16().double(), lin.weight.bfloat16().double()) + lin.bias.double()
+    assert y.dtype == torch.float32
+    # the oracle in float64 of the rounded operands; the output is rounded to bf16 once, before the bias
+    torch.testing.assert_close(y.double(), oracle, rtol=1e-2, atol=1e-2)
+    assert (y - F.linear(x, lin.weight, lin.bias)).abs().max() > 0  # it did run in bf16
+    m = tiny_model()
+    ids = torch.randint(0, m.config.vocab_size, (2, 6))
+    gen = make_gen(2, frames=[2, 3], actions=[4, 2], audio=[2, 1])
+    low = pack_for_cpu(copy.deepcopy(m), torch.bfloat16)
+    with torch.no_grad():
+        r, rl = m.reason(ids), low.reason(ids)
+        v, vl = m.denoise(r.cache, gen), low.denoise(rl.cache, gen)
+    for k in v:
+        assert vl[k].dtype == torch.float32
+        torch.testing.assert_close(vl[k], v[k], rtol=5e-2, atol=5e-2)
+    pack_for_cpu(low, None)  # back to float32 products: equal to the eager model again
+    with torch.no_grad():
+        torch.testing.assert_close(low.reason(ids).logits, r.logits, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="linear_dtype must be one of"):
+        pack_for_cpu(low, torch.float16)

@@ -38,6 +38,25 @@ def test_exported_model_carries_its_data_state(world):
     torch.testing.assert_close(g.action_time(), torch.tensor([0.0, 0.1, 0.2, 0.3]))
 
 
+def test_bf16_products_plan_close_to_fp32_and_bad_names_are_refused(tiny_world):
+    wm = WorldModel.from_folder(tiny_world[0])  # its own copy: the module's `world` stays fp32
+    pixels = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    task = "move the fingertip to the red target"
+
+    def plan() -> np.ndarray:
+        return PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(pixels, task)
+
+    fp32 = plan()
+    wm.set_linear_dtype("bf16")
+    low = plan()
+    assert not np.array_equal(low, fp32)  # it ran in bf16 ...
+    np.testing.assert_allclose(low, fp32, atol=0.05 * np.abs(fp32).max())  # ... to bf16's precision
+    wm.set_linear_dtype("fp32")
+    np.testing.assert_allclose(plan(), fp32, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="must be one of fp32, bf16"):
+        wm.set_linear_dtype("fp16")
+
+
 def test_policy_queue_replans_every_execute_steps(world):
     wm, _ = world
     runner = PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2))
