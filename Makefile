@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke bench-imagination \
-	bench-imagination-smoke bench-labels bench-labels-smoke clean
+	bench-imagination-smoke bench-labels bench-labels-smoke reproduce-reach clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,12 @@ $(STAMP): pyproject.toml
 
 demo: venv
 	$(VENV)/bin/cosmos3-robot demo
+
+# The shipped Reach set (artefacts/reach/: policy, state estimator, labeller) trained again from
+# nothing into artefacts/reach.new, about 2 hours on 2 cores (artefacts/README.md).
+REPRODUCE_DATA ?= data/reproduce
+reproduce-reach: venv
+	bash benchmarks/recipes/reach_artefacts.sh $(REPRODUCE_DATA)
 
 test: venv
 	$(PY) -m pytest -q

@@ -54,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cosmos3_robot.scripts.train_probe:main",
         "teach a model to judge success in imagination",
     ),
+    "export-bf16": (
+        "cosmos3_robot.scripts.export_bf16:main",
+        "a bf16 copy of a trained model, estimator or labeller folder, for shipping",
+    ),
     "import-diffusers": (
         "cosmos3_robot.scripts.interop:import_diffusers_main",
         "import a Diffusers Cosmos3OmniTransformer folder",

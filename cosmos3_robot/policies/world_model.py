@@ -91,7 +91,7 @@ class WorldModel:
                 "(normalisation stats, tokenizer, clip geometry, VAE)"
             )
         state = DataState.from_dict(read_json(state_path), source=str(state_path))
-        model, vit, _ = load_model(folder)
+        model, vit, _ = load_model(folder, dtype=torch.float32)  # a bf16 export is upcast for the CPU
         if vae is None:
             ref = state.vae
             if ref is None:

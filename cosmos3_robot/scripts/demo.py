@@ -13,6 +13,12 @@ The demo runs the toolkit end to end on embedded defaults, in about 10 minutes o
               whether its decoder reads the later latents (without either, no world model can
               show in pixels); a rerun recording (.rrd) of truth vs prediction
 
+  5. shipped  the trained Reach pair that ships in `artefacts/reach/` (a 45-minute `sim-small`
+              policy on joints + scene state, and the state estimator that reads the scene state
+              off the frame): closed-loop success on held-out seeds; and the shipped
+              frame-to-frame labeller on freshly recorded Reach episodes at the 10 Hz it was trained
+              at and at 15 Hz, against the mean action (how they were made: artefacts/README.md)
+
 Every step resumes when its output exists. Figures go to `<out>/demo_results.json`. The budgets are
 tiny, so expect a world model that beats the trivial baselines on some figures and not others; the
 numbers are measured, never assumed.
@@ -118,6 +124,49 @@ def evaluate_world_model(world, data, clips: int, sampling_steps: int, rrd: Path
     }
 
 
+ARTEFACTS = Path(__file__).resolve().parents[2] / "artefacts"
+
+
+def shipped_reach(folder: Path, out: Path, episodes: int, label_episodes: int, sampling_steps: int) -> dict:
+    """Step 5: the shipped Reach policy + estimator in closed loop, the shipped labeller on fresh
+    recordings at 10 and 15 Hz."""
+    from cosmos3_robot.encoders.inverse_dynamics import load_labeller
+    from cosmos3_robot.encoders.state_estimator import load_estimator
+    from cosmos3_robot.envs.record import record_dataset
+    from cosmos3_robot.eval.metrics import action_errors, success_summary
+    from cosmos3_robot.policies.rollout import WorldModelPolicy, run_episodes
+    from cosmos3_robot.policies.runners import SamplingConfig
+    from cosmos3_robot.policies.world_model import WorldModel
+
+    env = "cosmos3_robot/Reach-v0"
+    world = WorldModel.from_folder(folder / "policy")
+    policy = WorldModelPolicy(world, execute=2, sampling=SamplingConfig(steps=sampling_steps),
+                              estimator=load_estimator(folder / "estimator"))  # fmt: skip
+    g = world.geometry
+    outcomes = []
+    for ep in run_episodes(
+        env, policy, episodes, seed=10_000, image_size=g.image_size, control_hz=int(g.fps)
+    ):
+        outcomes.append(ep.success)
+        print(f"   seed {ep.seed}: {'success' if ep.success else 'failure'} in {ep.steps} steps", flush=True)
+    results = {"reach_policy": {**success_summary(outcomes), "seeds": [10_000, 10_000 + episodes - 1]}}
+    labeller = load_labeller(folder / "labeller")
+    mean = labeller.mean.double().numpy()
+    from cosmos3_robot.datasets.episodes import open_source, read_episodes
+
+    for hz in (10, 15):
+        root = out / f"reach_{hz}hz"
+        record_dataset(env, root, label_episodes, repo_id=f"local/demo_reach_{hz}hz", fps=hz, noise=0.2,
+                       seed=30_000, image_size=labeller.config.image_size, progress=False)  # fmt: skip
+        true, pred = [], []
+        for ep in read_episodes(open_source(root)):
+            true.append(ep.actions)
+            pred.append(labeller.label_episode(ep.frames, ep.fps))
+        results[f"labeller_{hz}hz"] = {**action_errors(np.concatenate(pred), np.concatenate(true), mean),
+                                       "episodes": label_episodes, "seed": 30_000}  # fmt: skip
+    return results
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="cosmos3-robot demo", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out", type=Path, default=Path("runs/demo"), help="working folder (resumed if present)")
@@ -141,6 +190,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--eval-clips", type=int, default=8, help="held-out clips for the open-loop figures")
     p.add_argument("--eval-episodes", type=int, default=3, help="closed-loop policy episodes")
     p.add_argument("--sampling-steps", type=int, default=10, help="denoising steps per request")
+    p.add_argument(
+        "--artefacts",
+        type=Path,
+        default=ARTEFACTS,
+        help="the shipped artefacts folder (step 5 reads ARTEFACTS/reach; skipped if it is missing)",
+    )
+    p.add_argument(
+        "--shipped-episodes", type=int, default=20, help="closed-loop episodes of the shipped policy"
+    )
+    p.add_argument(
+        "--label-episodes", type=int, default=10, help="recorded episodes per rate for the labeller"
+    )
     args = p.parse_args(argv)
     if args.image_size % 32:
         p.error(f"--image-size {args.image_size} must be a multiple of 32 (VAE 16x and the 2x2 patch merge)")
@@ -159,7 +220,7 @@ def main(argv: list[str]) -> int:
     train_dir = out / f"train_{vae_dir.name.removeprefix('vae_')}_{args.train_steps}steps"
     timings: dict[str, float] = {}
 
-    t = _step(f"1/4 record {args.episodes} expert episodes of {args.env} at {args.image_size}px")
+    t = _step(f"1/5 record {args.episodes} expert episodes of {args.env} at {args.image_size}px")
     from cosmos3_robot.envs.record import record_dataset
 
     rec = record_dataset(
@@ -168,7 +229,7 @@ def main(argv: list[str]) -> int:
     timings["record_s"] = time.perf_counter() - t
     print(f"   {rec.total_episodes} episodes in {data_root}")
 
-    t = _step(f"2/4 train the small video VAE ({args.vae_minutes} min budget)")
+    t = _step(f"2/5 train the small video VAE ({args.vae_minutes} min budget)")
     # Its latent channels are the Generator preset's. A finished VAE of these settings is reused.
     from cosmos3_robot.model.config import preset as model_preset
     from cosmos3_robot.scripts import train_vae as vae_train
@@ -184,7 +245,7 @@ def main(argv: list[str]) -> int:
         ])  # fmt: skip
     timings["vae_s"] = time.perf_counter() - t
 
-    t = _step(f"3/4 train the Generator ({args.preset}, {args.train_steps} steps, mixed modes)")
+    t = _step(f"3/5 train the Generator ({args.preset}, {args.train_steps} steps, mixed modes)")
     from cosmos3_robot.scripts.train import build_data, compose
     from cosmos3_robot.training.trainer import Trainer
 
@@ -208,7 +269,7 @@ def main(argv: list[str]) -> int:
         f"   final loss {'(resumed, already trained)' if loss is None else f'{loss:.4f}'}; plots {summary['plots']}"
     )
 
-    t = _step("4/4 measure on held-out episodes")
+    t = _step("4/5 measure on held-out episodes")
     from cosmos3_robot.eval.metrics import COLLAPSED_SPREAD, IGNORED_LATER_LATENTS, success_summary
     from cosmos3_robot.policies.rollout import WorldModelPolicy, run_episodes
     from cosmos3_robot.policies.runners import SamplingConfig
@@ -237,7 +298,16 @@ def main(argv: list[str]) -> int:
     }
     timings["eval_s"] = time.perf_counter() - t
 
-    results = {"env": args.env, "preset": args.preset, **open_loop,
+    shipped = None
+    if (args.artefacts / "reach").is_dir():
+        t = _step(f"5/5 the shipped Reach policy ({args.shipped_episodes} held-out seeds) and labeller")
+        shipped = shipped_reach(args.artefacts / "reach", out, args.shipped_episodes, args.label_episodes,
+                                args.sampling_steps)  # fmt: skip
+        timings["shipped_s"] = time.perf_counter() - t
+    else:
+        print(f"\n== 5/5 skipped: no shipped artefacts at {args.artefacts / 'reach'}")
+
+    results = {"env": args.env, "preset": args.preset, **open_loop, "shipped_reach": shipped,
                "policy_success_rate": closed["success_rate"], "expert_success_rate_recorded": float(np.mean(rec.successes)) if rec.successes else None,
                "policy_episodes": closed["episodes"], "train": {k: summary[k] for k in ("step", "seconds", "final_loss")},
                "vae": str(vae_dir / "vae"), "model": str(summary["model"]),
@@ -264,6 +334,15 @@ def main(argv: list[str]) -> int:
             "decoded frames, so the pixel figures measure the VAE; judge forward dynamics by "
             "forward_dynamics_latent_mse against other_clips_mean_latent_mse"
         )
+    if shipped is not None:
+        r = shipped["reach_policy"]
+        lo, hi = r["wilson95"]
+        print(f"\nshipped Reach policy + state estimator: {r['successes']}/{r['episodes']} = {r['success_rate']:.0%} "
+              f"(Wilson 95 % {lo:.0%}-{hi:.0%})")  # fmt: skip
+        for hz in (10, 15):
+            c = shipped[f"labeller_{hz}hz"]
+            print(f"shipped labeller at {hz} Hz: action MSE {c['mse']:.4f} against the mean action's "
+                  f"{c['mean_action_mse']:.4f} ({c['mean_action_mse'] / max(c['mse'], 1e-12):.1f}x better), R² {c['r2']:.3f}")  # fmt: skip
     print(
         f"wrote {path} and {out / 'forward_dynamics.rrd'} (open with: .venv/bin/rerun {out / 'forward_dynamics.rrd'})"
     )

@@ -111,7 +111,7 @@ class Job:
     min_frames: int  # shorter episodes are padded (and listed in the report)
     confidence: bool  # writes label_confidence
     label: Callable[[list[np.ndarray], list[str], list[float]], list[EpisodeLabels]]
-    encode_seconds: Callable[[], float]
+    encode_seconds: Callable[[], float] | None  # seconds its VAE has spent encoding (None: no VAE)
 
 
 def world_job(args) -> Job:
@@ -138,17 +138,8 @@ def labeller_job(args) -> Job:
     def label(frames, tasks, fps) -> list[EpisodeLabels]:
         return [EpisodeLabels(idm.label_episode(f, r), None, None) for f, r in zip(frames, fps, strict=True)]
 
-    return Job(
-        "the labeller",
-        c.image_size,
-        None,
-        c.action_dim,
-        idm.mean.double().numpy(),
-        2,
-        False,
-        label,
-        lambda: 0.0,
-    )
+    mean = idm.mean.double().numpy()
+    return Job("the labeller", c.image_size, None, c.action_dim, mean, 2, False, label, None)  # no VAE
 
 
 def output_features(job: Job, source) -> dict:
@@ -325,10 +316,11 @@ def _run(args: argparse.Namespace) -> int:
                 report.setdefault("padded_episodes", []).append(ep.index)
                 bar.write(f"warning: {ep.name} has {len(ep.frames)} frames, fewer than one clip of the model "
                           f"({job.min_frames}); its windows repeat its last frame")  # fmt: skip
-        t0, enc0 = time.perf_counter(), job.encode_seconds()
+        encoded = job.encode_seconds or (lambda: 0.0)
+        t0, enc0 = time.perf_counter(), encoded()
         labels = job.label(frames, [ep.task for ep in eps], [ep.fps for ep in eps])
         report["seconds"] += time.perf_counter() - t0
-        report["encode_seconds"] += job.encode_seconds() - enc0
+        report["encode_seconds"] += encoded() - enc0
         for ep, lab in zip(eps, labels, strict=True):
             with quiet_writer():
                 write_episode(out, repo_id, fps, features, ep, lab)
@@ -340,7 +332,8 @@ def _run(args: argparse.Namespace) -> int:
                 pred.append(lab.actions)
             bar.update(1)
         report["frames_per_second"] = report["frames"] / max(report["seconds"], 1e-9)
-        report["vae_encode_frames_per_second"] = report["frames"] / max(report["encode_seconds"], 1e-9)
+        if job.encode_seconds is not None:
+            report["vae_encode_frames_per_second"] = report["frames"] / max(report["encode_seconds"], 1e-9)
         write_json_atomic(report_path, report)
     bar.close()
     if args.check and true:
@@ -352,6 +345,7 @@ def _run(args: argparse.Namespace) -> int:
         c = report["check"]
         print(f"check: action MSE {c['mse']:.4f} (mean action {c['mean_action_mse']:.4f}), R² {c['r2']:.3f}; "
               f"per dim MSE {np.round(c['mse_per_dim'], 4).tolist()}, R² {np.round(c['r2_per_dim'], 3).tolist()}")  # fmt: skip
-    print(f"{out}: {report['episodes_done']} episodes labelled, {report.get('frames_per_second', 0):.1f} frames/s "
-          f"(VAE encode alone {report.get('vae_encode_frames_per_second', 0):.1f} frames/s); {report_path}")  # fmt: skip
+    vae = report.get("vae_encode_frames_per_second")
+    print(f"{out}: {report['episodes_done']} episodes labelled, {report.get('frames_per_second', 0):.1f} frames/s"
+          + (f" (VAE encode alone {vae:.1f} frames/s)" if vae is not None else "") + f"; {report_path}")  # fmt: skip
     return 0

@@ -133,6 +133,7 @@ def test_train_labeller_on_a_recording_writes_a_folder_resumes_and_labels(tiny_w
     latest = load_labeller(second["labeller"])  # the resumed run rewrote the folder
     np.testing.assert_allclose(first_ep, latest.label_episode(frames, 10.0), atol=1e-5)
     assert {"mse", "r2", "mean_action_mse"} <= set(report["check"])
+    assert report["frames_per_second"] > 0 and "vae_encode_frames_per_second" not in report  # no VAE
     both = ["label", "--labeller", first["labeller"], "--model", str(model_dir), "--source", str(root),
             "--out", str(tmp_path / "o")]  # fmt: skip
     assert main(both) == 2
