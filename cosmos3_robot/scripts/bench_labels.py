@@ -4,10 +4,10 @@
     cosmos3-robot benchmark labels --variant full --out runs/labels --vae VAE_DIR
 
 Per task: record the noisy scripted expert twice, on disjoint env seeds: a labelled set (seeds
-0 .. L-1, L = --labelled of the --demos) that trains our model as the labeller (`train`, for
---minutes), and a policy set (seeds L .. demos-1) whose actions the labeller replaces (`label
---check`, which also scores the labels against the true actions). The same policy (--arm, LeRobot's
-ACT by default) is then trained for --minutes on the policy set twice, once with the true actions
+0 .. L-1, L = --labelled of the --demos) that trains the labeller for --minutes (our model,
+`train`; or with --labeller frames the frame-to-frame labeller, `train-labeller`), and a policy
+set (seeds L .. demos-1) whose actions the labeller replaces (`label --check`, which also scores
+the labels against the true actions). The same policy (--arm, LeRobot's ACT by default) is then trained for --minutes on the policy set twice, once with the true actions
 and once with the labels, and both are rolled out on the same --episodes held-out env seeds
 10000, 10001, ... The figure is success(labels) / success(true actions); the target is >= 0.9.
 One difference besides the actions: `label` writes its dataset through LeRobot's writer, so the
@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--arm", choices=["act", "diffusion", "ours"], default="act", help="the policy trained twice"
     )
+    p.add_argument(
+        "--labeller",
+        choices=["model", "frames"],
+        default="model",
+        help="who labels: our world model's inverse dynamics (`train`), or the frame-to-frame labeller "
+        "(`train-labeller`, which needs no VAE)",
+    )
     p.add_argument("--demos", type=int, help="demonstrations recorded per task, both sets together")
     p.add_argument("--labelled", type=int, help="of them, the labeller's (the first env seeds)")
     p.add_argument("--episodes", type=int, help="held-out rollouts per policy")
@@ -82,10 +89,10 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, int]:
 
     ns = argparse.Namespace(variant=args.variant, tasks=args.tasks, demos=args.demos, episodes=args.episodes,
                             minutes=args.minutes, arms=["ours"], vae=args.vae, dataset=[])  # fmt: skip
-    if args.vae is None and args.variant != "smoke":
+    if args.vae is None and args.variant != "smoke" and (args.labeller == "model" or args.arm == "ours"):
         raise ValueError(
             "the labeller (our model) needs a frozen video VAE: --vae FOLDER (the vae/ folder of "
-            "`cosmos3-robot train-vae`); only --variant smoke runs on a random one"
+            "`cosmos3-robot train-vae`), or --labeller frames; only --variant smoke runs on a random one"
         )
     v, _ = benchmark.resolve(ns)  # the same checks as `benchmark policies`
     labelled = LABELLED[args.variant] if args.labelled is None else args.labelled
@@ -98,7 +105,7 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, int]:
     return v, labelled
 
 
-def label_quality(true_root: Path, labelled_root: Path, labeller: Path) -> dict:
+def label_quality(true_root: Path, labelled_root: Path, mean: np.ndarray) -> dict:
     """The labels' MSE and R² against the true actions over every frame of the policy set (not
     only the episodes one resumed `label` call wrote), beside the labeller's mean-action baseline."""
     from cosmos3_robot.datasets import open_lerobot_dataset
@@ -114,9 +121,36 @@ def label_quality(true_root: Path, labelled_root: Path, labeller: Path) -> dict:
             f"{labelled_root} holds {pred.shape[0]} labelled frames, {true_root} {true.shape[0]}: the "
             f"labelling stopped part way; run the same command again to finish it"
         )
-    state = json.loads((labeller / "data_state.json").read_text())["action_transform"]
-    mean = np.asarray(state["normalizer"]["stats"][state["key"]]["mean"], dtype=np.float64)
     return action_errors(pred, true, mean) | {"frames": int(true.shape[0])}
+
+
+def train_labeller(
+    args: argparse.Namespace, v: Variant, folder: Path, progress: bool
+) -> tuple[dict, list[str], np.ndarray]:
+    """The labeller on the labelled set for `v.minutes`: (summary, the `label` options that use it,
+    its training mean action: the baseline of the label figures)."""
+    if args.labeller == "model":
+        summary = train_ours(
+            v, folder / "labelled", folder / "labeller", args.vae, None, folder / "latents", progress
+        )
+        model = folder / "labeller" / "model"
+        state = json.loads((model / "data_state.json").read_text())["action_transform"]
+        mean = np.asarray(state["normalizer"]["stats"][state["key"]]["mean"], dtype=np.float64)
+        return summary, ["--model", str(model)], mean
+    from cosmos3_robot.encoders.inverse_dynamics import load_labeller
+    from cosmos3_robot.scripts.common import provenance
+    from cosmos3_robot.training.inverse_dynamics import LabellerTrainConfig
+    from cosmos3_robot.training.inverse_dynamics import train_labeller as fit
+
+    cfg = LabellerTrainConfig(out=str(folder / "labeller_frames"), root=[str(folder / "labelled")],
+                              holdout_episodes=1, max_minutes=v.minutes, steps=1_000_000, eval_every=250)  # fmt: skip
+    result = fit(
+        cfg,
+        provenance("benchmark labels", {"labeller": "frames"}),
+        log=lambda m: print("   " + m, flush=True),
+    )
+    lab = load_labeller(result["labeller"])
+    return {"steps": result["step"]}, ["--labeller", result["labeller"]], lab.mean.double().numpy()
 
 
 def train_policy(
@@ -139,15 +173,14 @@ def run_task(args: argparse.Namespace, v: Variant, labelled: int, task: str, pro
             task, folder / name, n, noise=v.noise, seed=seed, image_size=v.image_size, progress=progress
         )
     state_dim = check_fits_env(folder / "policy", task, v.image_size)
-    print(f"[{task}] training the labeller for {v.minutes} min ...", flush=True)
-    labeller = train_ours(
-        v, folder / "labelled", folder / "labeller", args.vae, None, folder / "latents", progress
-    )
+    print(f"[{task}] training the labeller ({args.labeller}) for {v.minutes} min ...", flush=True)
+    labeller, use, mean = train_labeller(args, v, folder, progress)
     print(f"[{task}] labelling the policy set ...", flush=True)
-    label.main(["--model", str(folder / "labeller" / "model"), "--source", str(folder / "policy"),
-                "--out", str(folder / "relabelled"), "--check", *(["--no-progress"] if not progress else [])])  # fmt: skip
-    check = label_quality(folder / "policy", folder / "relabelled", folder / "labeller" / "model")
-    row = {"task": task, "arm": args.arm, "labelled_demos": labelled, "policy_demos": v.demos - labelled,
+    label.main([*use, "--source", str(folder / "policy"), "--out", str(folder / "relabelled"), "--check",
+                *(["--no-progress"] if not progress else [])])  # fmt: skip
+    check = label_quality(folder / "policy", folder / "relabelled", mean)
+    row = {"task": task, "arm": args.arm, "labeller": args.labeller, "labelled_demos": labelled,
+           "policy_demos": v.demos - labelled,
            "labeller_steps": labeller["steps"],
            "label_quality": {k: check[k] for k in ("mse", "mean_action_mse", "r2", "frames")},
            "seeds": {"labelled": [0, labelled - 1], "policy": [labelled, v.demos - 1],
@@ -185,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     with exclusive_lock(args.out, "benchmark"):
         apply_threads(args.threads)
         config = {"table": "labels", "variant": dataclasses.asdict(v) | {"episodes": None}, "arm": args.arm,
+                  "labeller": args.labeller,
                   "labelled": labelled, "vae": None if args.vae is None else str(args.vae.resolve())}  # fmt: skip
         prov = claim_output(args.out, "benchmark labels", config)
         rows = []

@@ -79,3 +79,20 @@ def test_smoke_table_end_to_end(tmp_path, capsys):
             np.stack(first.to_numpy()), np.stack([resets[s] for s in seeds]), atol=1e-6
         )
     assert "| cosmos3_robot/Reach-v0 | act |" in (out / "table.md").read_text()
+
+
+def test_smoke_with_the_frame_labeller_needs_no_vae_and_scores_every_frame(tmp_path):
+    """--labeller frames: train-labeller on the labelled set, `label --labeller` on the policy set;
+    the row records who labelled and how well."""
+    out = tmp_path / "bench"
+    argv = ["benchmark", "labels", "--out", str(out), "--demos", "4", "--labelled", "2", "--episodes", "1",
+            "--minutes", "0.25", "--labeller", "frames", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    assert row["labeller"] == "frames" and row["labeller_steps"] >= 1
+    assert (out / "reach-v0" / "labeller_frames" / "labeller" / "labeller.json").exists()
+    q = row["label_quality"]
+    info = json.loads((out / "reach-v0" / "policy" / "meta" / "info.json").read_text())
+    assert q["frames"] == info["total_frames"] and q["mean_action_mse"] > 0
+    report = json.loads((out / "reach-v0" / "relabelled" / "meta" / "cosmos3_label.json").read_text())
+    assert report["config"]["labeller"].endswith("labeller") and report["config"]["model"] is None
