@@ -56,3 +56,22 @@ def tiny_world(tmp_path_factory):
     data = build_data(cfg, model.config, vit)
     summary = Trainer(cfg, data, model=model, vit=vit).fit()
     return Path(summary["model"]), root, data
+
+
+@pytest.fixture(scope="session")
+def state_world_dir(tiny_world, tmp_path_factory):
+    """The model folder of a tiny model conditioned on joints + the simulator's state (10 wide),
+    2 steps on `tiny_world`'s recording: what a state estimator feeds."""
+    from cosmos3_robot.scripts.train import build_data, compose
+    from cosmos3_robot.training.trainer import Trainer, build_model
+
+    _, root, _ = tiny_world
+    cfg = compose([
+        "stage=generator", "model=tiny", "model.state_dim=10", "steps=2",
+        f"out={tmp_path_factory.mktemp('env_state_run')}", "data.source=lerobot", f"data.root={root}",
+        "data.batch_size=2", "+data.options.num_frames=5", "+data.options.num_actions=4",
+        "+data.options.val_fraction=0.34", "+data.options.vae_preset=tiny", "progress=false",
+        "+data.options.state_key=observation.state+observation.environment_state",
+    ])  # fmt: skip
+    model, vit = build_model(cfg)
+    return Path(Trainer(cfg, build_data(cfg, model.config, vit), model=model, vit=vit).fit()["model"])

@@ -22,7 +22,7 @@ labelling: `cosmos3-robot label --labeller DIR`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cosmos3_robot.encoders.state_estimator import conv_trunk, spatial_softmax
-from cosmos3_robot.files import atomic_folder, read_json, read_tensors, write_checkpoint
+from cosmos3_robot.encoders.state_estimator import conv_trunk, load_reader, save_reader, spatial_softmax
 
 CONFIG_FILE = "labeller.json"
-WEIGHTS_FILE = "model.safetensors"
 VELOCITY_GAIN = 10.0  # keypoint steps are ~0.01-0.1 of the [-1, 1] frame; this puts them near unit scale
 
 
@@ -136,26 +134,9 @@ class InverseDynamicsLabeller(nn.Module):
 def save_labeller(folder: str | Path, model: InverseDynamicsLabeller, record: dict) -> Path:
     """Write `folder` atomically: the weights (with the actions' normalisation) and `labeller.json`
     (`labeller_config` and `record`: command, data, seed, held-out scores)."""
-    with atomic_folder(folder) as tmp:
-        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-        write_checkpoint(
-            tmp, {WEIGHTS_FILE: state}, {CONFIG_FILE: {**record, "labeller_config": asdict(model.config)}}
-        )
-    return Path(folder)
-
-
-def is_labeller_folder(folder: str | Path) -> bool:
-    return (Path(folder) / CONFIG_FILE).exists()
+    return save_reader(folder, model, record, CONFIG_FILE, "labeller_config")
 
 
 def load_labeller(folder: str | Path) -> InverseDynamicsLabeller:
-    folder = Path(folder)
-    if not is_labeller_folder(folder):
-        raise FileNotFoundError(
-            f"{folder} is not an inverse-dynamics labeller folder (no {CONFIG_FILE}); give the labeller/ folder "
-            "that `cosmos3-robot train-labeller --out DIR` wrote (DIR/labeller)"
-        )
-    meta = read_json(folder / CONFIG_FILE, "inverse-dynamics labeller config")
-    model = InverseDynamicsLabeller(LabellerConfig(**meta["labeller_config"]))
-    model.load_state_dict(read_tensors(folder / WEIGHTS_FILE))
-    return model.eval()
+    return load_reader(folder, CONFIG_FILE, lambda meta: InverseDynamicsLabeller(LabellerConfig(**meta["labeller_config"])),
+                       "an inverse-dynamics labeller", "train-labeller")  # fmt: skip

@@ -152,25 +152,41 @@ class StateEstimator(nn.Module):
         return self.denormalise(self(frames, [task]))[0].numpy().astype(np.float32)
 
 
-def save_estimator(folder: str | Path, model: StateEstimator, record: dict) -> Path:
-    """Write `folder` atomically: the weights (with the state's normalisation) and `estimator.json`
-    (`estimator_config` and `record`: command, data, seed, held-out scores)."""
+def save_reader(
+    folder: str | Path, model: nn.Module, record: dict, config_file: str, config_key: str
+) -> Path:
+    """Write a frame reader's `folder` atomically: its weights (with its normalisation buffers) and
+    `config_file` holding `record` (command, data, seed, held-out scores) and its config under
+    `config_key`. Shared by the estimator and the labeller (`encoders/inverse_dynamics.py`)."""
     with atomic_folder(folder) as tmp:
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         write_checkpoint(
-            tmp, {WEIGHTS_FILE: state}, {CONFIG_FILE: {**record, "estimator_config": asdict(model.config)}}
+            tmp, {WEIGHTS_FILE: state}, {config_file: {**record, config_key: asdict(model.config)}}
         )
     return Path(folder)
 
 
-def load_estimator(folder: str | Path) -> StateEstimator:
+def load_reader(folder: str | Path, config_file: str, build, what: str, command: str) -> nn.Module:
+    """The frame reader `save_reader` wrote: `build(meta)` makes the module from the config file's
+    contents; a folder without the config file raises naming `what` and the `command` that writes it."""
     folder = Path(folder)
-    if not (folder / CONFIG_FILE).exists():
+    if not (folder / config_file).exists():
+        sub = config_file.removesuffix(".json")
         raise FileNotFoundError(
-            f"{folder} is not a state estimator folder (no {CONFIG_FILE}); give the estimator/ folder "
-            "that `cosmos3-robot train-estimator --out DIR` wrote (DIR/estimator)"
+            f"{folder} is not {what} folder (no {config_file}); give the {sub}/ folder that "
+            f"`cosmos3-robot {command} --out DIR` wrote (DIR/{sub})"
         )
-    meta = read_json(folder / CONFIG_FILE, "state estimator config")
-    model = StateEstimator(EstimatorConfig(**meta["estimator_config"]))
+    model = build(read_json(folder / config_file, f"{what} config"))
     model.load_state_dict(read_tensors(folder / WEIGHTS_FILE))
     return model.eval()
+
+
+def save_estimator(folder: str | Path, model: StateEstimator, record: dict) -> Path:
+    """Write `folder` atomically: the weights (with the state's normalisation) and `estimator.json`
+    (`estimator_config` and `record`: command, data, seed, held-out scores)."""
+    return save_reader(folder, model, record, CONFIG_FILE, "estimator_config")
+
+
+def load_estimator(folder: str | Path) -> StateEstimator:
+    return load_reader(folder, CONFIG_FILE, lambda meta: StateEstimator(EstimatorConfig(**meta["estimator_config"])),
+                       "a state estimator", "train-estimator")  # fmt: skip

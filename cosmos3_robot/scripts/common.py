@@ -132,7 +132,10 @@ def dataclass_options(
 ) -> None:
     """One --option per field of the dataclass `cls` (int, float or str by its annotation), with the
     field's default; `required` fields have none, `many` take one or more values."""
-    for name, field in cls.__dataclass_fields__.items():
+    import dataclasses
+
+    for field in dataclasses.fields(cls):
+        name = field.name
         kind = int if field.type.startswith("int") else float if field.type.startswith("float") else str
         kwargs: dict[str, Any] = {"type": kind, "help": helps[name]}
         if name in required:
@@ -144,6 +147,44 @@ def dataclass_options(
         if name == "dtype":
             kwargs["choices"] = ("bf16", "fp32")
         parser.add_argument("--" + name.replace("_", "-"), **kwargs)
+
+
+SMALL_TRAINER_HELP = {
+    "root": "local LeRobot dataset folder(s), read offline",
+    "image_key": "the dataset's image key",
+    "holdout_episodes": "last episodes of each dataset held out for evaluation",
+    "lr": "peak learning rate (linear warmup, cosine to 5 %%)",
+    "warmup": "warmup steps",
+    "steps": "optimiser steps in all (a resumed run continues to this count; the cosine runs over it)",
+    "max_minutes": "stop (and save) after this wall time",
+    "eval_every": "steps between held-out evaluations",
+    "save_every": "steps between checkpoints",
+    "width": "channels of the first conv (a multiple of 8)",
+    "keypoints": "spatial-softmax keypoints",
+    "dtype": "autocast dtype of the training steps (bf16 was about 4x faster than fp32 on the 2-core machine)",
+    "seed": "seed of the weights and of the batch sampler",
+}
+
+
+def small_trainer_main(
+    argv, command: str, doc: str, cls, helps: dict[str, str], train, shown: tuple[str, ...]
+) -> int:
+    """The main of `train-estimator` and `train-labeller`: options from the config dataclass `cls`
+    (help texts: `helps` over SMALL_TRAINER_HELP), `train(cfg, record, log)`, then the `shown` keys
+    of its result as one JSON line."""
+    p = argparse.ArgumentParser(
+        prog=f"cosmos3-robot {command}", description=doc, formatter_class=HelpFormatter
+    )
+    dataclass_options(p, cls, {**SMALL_TRAINER_HELP, **helps})
+    add_threads_option(p)
+    args = p.parse_args(argv)
+    apply_threads(args.threads)
+    cfg = cls(**{k: v for k, v in vars(args).items() if k != "threads"})
+    result = train(
+        cfg, provenance(command, run_config(args, skip=("threads",))), log=lambda m: print(m, flush=True)
+    )
+    print(json.dumps({k: result.get(k) for k in shown}))
+    return 0
 
 
 def add_threads_option(parser) -> None:

@@ -9,10 +9,9 @@ the same --out resumes) and `estimator/` (what `rollout --estimator` loads), bot
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -20,56 +19,27 @@ from torch import Tensor
 
 from cosmos3_robot.datasets.episodes import open_source, read_episodes
 from cosmos3_robot.encoders.state_estimator import EstimatorConfig, StateEstimator, save_estimator
-from cosmos3_robot.files import CheckpointError, write_json_atomic
 from cosmos3_robot.processors.data_state import OBS_KEYS
 from cosmos3_robot.processors.normalize import key_parts
-from cosmos3_robot.training.one_file_checkpoint import read_one_file, restore, save_one_file
+from cosmos3_robot.training.small_loop import SmallRun, SmallTrainConfig, run_small
 
 
 @dataclass
-class EstimatorTrainConfig:
-    out: str
-    root: list[str]
+class EstimatorTrainConfig(SmallTrainConfig):
     state_key: str = "observation.environment_state"
-    image_key: str = "observation.image"
-    holdout_episodes: int = 50
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup: int = 100
     steps: int = 20000
-    max_minutes: float | None = None
-    eval_every: int = 250
-    save_every: int = 500
-    width: int = 32
-    keypoints: int = 32
-    dtype: str = "bf16"  # autocast of the training steps: bf16 (about 4x faster here) or fp32
-    seed: int = 0
+
+    ROOT_NEEDS: ClassVar[str] = "a LeRobot dataset recorded with the state to estimate"
+    COMMAND: ClassVar[str] = "train-estimator"
 
     def __post_init__(self) -> None:
-        if not self.root:
-            raise ValueError(
-                "train-estimator needs --root DIR (a LeRobot dataset recorded with the state to estimate)"
-            )
-        for name in ("holdout_episodes", "batch_size", "warmup", "steps", "eval_every", "save_every"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.max_minutes is not None and not (math.isfinite(self.max_minutes) and self.max_minutes > 0):
-            raise ValueError(f"max_minutes must be a positive number of minutes, got {self.max_minutes}")
-        if self.dtype not in ("bf16", "fp32"):
-            raise ValueError(f"dtype must be bf16 or fp32, got {self.dtype!r}")
+        super().__post_init__()
         parts = key_parts(self.state_key)
         if len(parts) != 1 or parts[0] not in OBS_KEYS:
             raise ValueError(
                 f"state_key must be one recorded state column ({', '.join(k for k in OBS_KEYS if k != 'observation.image')}), "
                 f"got {self.state_key!r}"
             )
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
 
 
 @dataclass
@@ -129,12 +99,10 @@ def load_split(cfg: EstimatorTrainConfig) -> tuple[Frames, Frames, dict]:
 
 
 def held_out_scores(model: StateEstimator, data: Frames, train_mean: Tensor, names: list[str]) -> dict:
-    model.eval()
-    preds = []
-    with torch.no_grad():
-        for i in range(0, len(data), 256):
-            preds.append(model.denormalise(model(data.frames[i : i + 256], data.tasks[i : i + 256])))
-    model.train()
+    preds = [
+        model.denormalise(model(data.frames[i : i + 256], data.tasks[i : i + 256]))
+        for i in range(0, len(data), 256)
+    ]
     err = (torch.cat(preds) - data.state).abs()
     base = (data.state - train_mean).abs()
     return {
@@ -147,30 +115,13 @@ def held_out_scores(model: StateEstimator, data: Frames, train_mean: Tensor, nam
     }
 
 
-def lr_at(cfg: EstimatorTrainConfig, step: int) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    frac = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (0.05 + 0.475 * (1 + math.cos(math.pi * frac)))
-
-
-def _load_checkpoint(path: Path, model: StateEstimator, opt, gen) -> dict:
-    meta, tensors = read_one_file(path)
-    if meta["estimator_config"] != asdict(model.config):
-        raise CheckpointError(
-            f"{path} holds an estimator with other settings ({meta['estimator_config']}); use a new --out or "
-            "the options of the run that wrote it"
-        )
-    weights, rng = restore(tensors, opt)
-    model.load_state_dict(weights)
-    gen.set_state(rng["sampler"])
-    return meta
+def describe(scores: dict) -> str:
+    per_dim = ", ".join(f"{n} {v:.4f}" for n, v in scores["mae_per_dim"].items())
+    return f"held-out MAE {scores['mae']:.4f} (train mean {scores['mae_train_mean']:.4f}); {per_dim}"
 
 
 def train_estimator(cfg: EstimatorTrainConfig, record: dict, log=print) -> dict:
     """Train (or resume) to `cfg.steps` or `cfg.max_minutes`; returns the last held-out scores."""
-    out = Path(cfg.out)
-    ckpt = out / "checkpoint.safetensors"
     log(f"loading every frame of {', '.join(map(str, cfg.root))} into memory ...")
     t_load = time.time()
     train, held, info = load_split(cfg)
@@ -190,56 +141,15 @@ def train_estimator(cfg: EstimatorTrainConfig, record: dict, log=print) -> dict:
     model = StateEstimator(config)
     model.mean.copy_(train.state.mean(0))
     model.std.copy_(train.state.std(0).clamp(min=1e-6))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    step, seconds, history = 0, 0.0, []
-    if ckpt.exists():
-        meta = _load_checkpoint(ckpt, model, opt, gen)
-        step, seconds, history = meta["step"], meta["train_seconds"], meta["history"]
-        log(f"resuming {ckpt} at step {step}")
-    start, t0 = step, time.time()
     target = model.normalise(train.state)
 
-    def save() -> None:
-        meta = {"step": step, "train_seconds": round(seconds, 1), "history": history,
-                "estimator_config": asdict(config), "args": asdict(cfg), "data": info}  # fmt: skip
-        out.mkdir(parents=True, exist_ok=True)
-        save_one_file(ckpt, model.state_dict(), opt, {"sampler": gen.get_state()}, meta)
-        save_estimator(out / "estimator", model, {**record, "step": step, "train_seconds": round(seconds, 1),
-                                                  "held_out": history[-1] if history else None, "data": info})  # fmt: skip
-        write_json_atomic(out / "train_log.json", meta)
+    def loss(idx: Tensor) -> Tensor:
+        pred = model(train.frames[idx], [train.tasks[i] for i in idx])
+        return F.smooth_l1_loss(pred.float(), target[idx], beta=0.1)
 
-    loss_sum, loss_n = 0.0, 0
-    while step < cfg.steps:
-        tic = time.time()
-        idx = torch.randint(len(train), (cfg.batch_size,), generator=gen)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(cfg, step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bf16"):
-            pred = model(train.frames[idx], [train.tasks[i] for i in idx])
-        loss = F.smooth_l1_loss(pred, target[idx], beta=0.1)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        step += 1
-        seconds += time.time() - tic
-        loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-        out_of_time = cfg.max_minutes is not None and time.time() - t0 > cfg.max_minutes * 60
-        if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
-            scores = held_out_scores(model, held, train.state.mean(0), names)
-            history.append(
-                {"step": step, "train_seconds": round(seconds, 1), "loss": loss_sum / loss_n, **scores}
-            )
-            loss_sum, loss_n = 0.0, 0
-            per_dim = ", ".join(f"{n} {v:.4f}" for n, v in scores["mae_per_dim"].items())
-            log(f"step {step} ({seconds:.0f} s): held-out MAE {scores['mae']:.4f} (train mean "
-                f"{scores['mae_train_mean']:.4f}); {per_dim}")  # fmt: skip
-        if step % cfg.save_every == 0 or step == cfg.steps or out_of_time:
-            save()
-        if out_of_time:
-            log(f"stopping at step {step}: --max-minutes {cfg.max_minutes} reached")
-            break
-    if step == start and not (out / "estimator").exists():
-        save()
-    last = history[-1] if history else {}
-    return {**last, "steps_run": step - start, "estimator": str(out / "estimator")}
+    return run_small(
+        SmallRun(cfg, model, "estimator_config", len(train), loss,
+                 lambda: held_out_scores(model, held, train.state.mean(0), names), describe,
+                 lambda folder, rec: save_estimator(folder, model, rec), "estimator", info),
+        record, log,
+    )  # fmt: skip

@@ -11,10 +11,9 @@ saves `checkpoint.safetensors` (a rerun with the same --out resumes) and `labell
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -29,50 +28,22 @@ from cosmos3_robot.encoders.inverse_dynamics import (
     triplet_indices,
 )
 from cosmos3_robot.eval.metrics import action_errors
-from cosmos3_robot.files import CheckpointError, write_json_atomic
-from cosmos3_robot.training.one_file_checkpoint import read_one_file, restore, save_one_file
+from cosmos3_robot.training.small_loop import SmallRun, SmallTrainConfig, run_small
 
 
 @dataclass
-class LabellerTrainConfig:
-    out: str
-    root: list[str]
-    image_key: str = "observation.image"
-    holdout_episodes: int = 50
+class LabellerTrainConfig(SmallTrainConfig):
     train_episodes: int | None = None
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup: int = 100
-    steps: int = 3000
-    max_minutes: float | None = None
-    eval_every: int = 250
-    save_every: int = 500
-    width: int = 32
-    keypoints: int = 32
-    dtype: str = "bf16"  # autocast of the training steps: bf16 (about 4x faster here) or fp32
-    seed: int = 0
+
+    ROOT_NEEDS: ClassVar[str] = "a LeRobot dataset with an action column"
+    COMMAND: ClassVar[str] = "train-labeller"
 
     def __post_init__(self) -> None:
-        if not self.root:
-            raise ValueError("train-labeller needs --root DIR (a LeRobot dataset with an action column)")
-        for name in ("holdout_episodes", "batch_size", "warmup", "steps", "eval_every", "save_every"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        super().__post_init__()
         if self.train_episodes is not None and self.train_episodes < 1:
             raise ValueError(
                 f"train_episodes must be a positive number of episodes, got {self.train_episodes}"
             )
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a positive number, got {self.lr}")
-        if self.max_minutes is not None and not (math.isfinite(self.max_minutes) and self.max_minutes > 0):
-            raise ValueError(f"max_minutes must be a positive number of minutes, got {self.max_minutes}")
-        if self.dtype not in ("bf16", "fp32"):
-            raise ValueError(f"dtype must be bf16 or fp32, got {self.dtype!r}")
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
 
 
 @dataclass
@@ -140,15 +111,11 @@ def load_transitions(cfg: LabellerTrainConfig) -> tuple[Transitions, Transitions
     return join(parts["train"]), join(parts["held"]), info
 
 
-@torch.no_grad()
 def predict(model: InverseDynamicsLabeller, data: Transitions, batch: int = 256) -> Tensor:
-    was_training = model.training
-    model.eval()
     out = [
         model.denormalise(model(data.frames[data.triplets[i : i + batch]], data.fps[i : i + batch]))
         for i in range(0, len(data), batch)
     ]
-    model.train(was_training)
     return torch.cat(out)
 
 
@@ -157,25 +124,12 @@ def held_out_scores(model: InverseDynamicsLabeller, data: Transitions, train_mea
     return {"transitions": len(data), **scores}
 
 
-def _load_checkpoint(path: Path, model: InverseDynamicsLabeller, opt, gen) -> dict:
-    meta, tensors = read_one_file(path)
-    if meta["labeller_config"] != asdict(model.config):
-        raise CheckpointError(
-            f"{path} holds a labeller with other settings ({meta['labeller_config']}); use a new --out or "
-            "the options of the run that wrote it"
-        )
-    weights, rng = restore(tensors, opt)
-    model.load_state_dict(weights)
-    gen.set_state(rng["sampler"])
-    return meta
+def describe(scores: dict) -> str:
+    return f"held-out action MSE {scores['mse']:.4f} (mean action {scores['mean_action_mse']:.4f}), R² {scores['r2']:.3f}"
 
 
 def train_labeller(cfg: LabellerTrainConfig, record: dict, log=print) -> dict:
     """Train (or resume) to `cfg.steps` or `cfg.max_minutes`; returns the last held-out scores."""
-    from cosmos3_robot.training.estimator import lr_at
-
-    out = Path(cfg.out)
-    ckpt = out / "checkpoint.safetensors"
     log(f"loading every frame of {', '.join(map(str, cfg.root))} into memory ...")
     t_load = time.time()
     train, held, info = load_transitions(cfg)
@@ -188,55 +142,13 @@ def train_labeller(cfg: LabellerTrainConfig, record: dict, log=print) -> dict:
     model = InverseDynamicsLabeller(config)
     model.mean.copy_(train.actions.mean(0))
     model.std.copy_(train.actions.std(0).clamp(min=1e-6))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    step, seconds, history = 0, 0.0, []
-    if ckpt.exists():
-        meta = _load_checkpoint(ckpt, model, opt, gen)
-        step, seconds, history = meta["step"], meta["train_seconds"], meta["history"]
-        log(f"resuming {ckpt} at step {step}")
-    start, t0 = step, time.time()
     target = (train.actions - model.mean) / model.std
 
-    def save() -> None:
-        meta = {"step": step, "train_seconds": round(seconds, 1), "history": history,
-                "labeller_config": asdict(config), "args": asdict(cfg), "data": info}  # fmt: skip
-        out.mkdir(parents=True, exist_ok=True)
-        save_one_file(ckpt, model.state_dict(), opt, {"sampler": gen.get_state()}, meta)
-        save_labeller(out / "labeller", model, {**record, "step": step, "train_seconds": round(seconds, 1),
-                                                "held_out": history[-1] if history else None, "data": info})  # fmt: skip
-        write_json_atomic(out / "train_log.json", meta)
+    def loss(idx: Tensor) -> Tensor:
+        return F.mse_loss(model(train.frames[train.triplets[idx]], train.fps[idx]).float(), target[idx])
 
-    loss_sum, loss_n = 0.0, 0
-    while step < cfg.steps:
-        tic = time.time()
-        idx = torch.randint(len(train), (cfg.batch_size,), generator=gen)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(cfg, step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bf16"):
-            pred = model(train.frames[train.triplets[idx]], train.fps[idx])
-        loss = F.mse_loss(pred.float(), target[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        step += 1
-        seconds += time.time() - tic
-        loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-        out_of_time = cfg.max_minutes is not None and time.time() - t0 > cfg.max_minutes * 60
-        if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
-            scores = held_out_scores(model, held, model.mean)
-            history.append(
-                {"step": step, "train_seconds": round(seconds, 1), "loss": loss_sum / loss_n, **scores}
-            )
-            loss_sum, loss_n = 0.0, 0
-            log(f"step {step} ({seconds:.0f} s): held-out action MSE {scores['mse']:.4f} (mean action "
-                f"{scores['mean_action_mse']:.4f}), R² {scores['r2']:.3f}")  # fmt: skip
-        if step % cfg.save_every == 0 or step == cfg.steps or out_of_time:
-            save()
-        if out_of_time:
-            log(f"stopping at step {step}: --max-minutes {cfg.max_minutes} reached")
-            break
-    if step == start and not (out / "labeller").exists():
-        save()
-    last = history[-1] if history else {}
-    return {**last, "steps_run": step - start, "labeller": str(out / "labeller")}
+    return run_small(
+        SmallRun(cfg, model, "labeller_config", len(train), loss, lambda: held_out_scores(model, held, model.mean),
+                 describe, lambda folder, rec: save_labeller(folder, model, rec), "labeller", info),
+        record, log,
+    )  # fmt: skip

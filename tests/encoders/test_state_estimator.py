@@ -128,23 +128,10 @@ def test_train_estimator_refuses_a_dataset_without_the_state(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def env_state_world(tiny_world, tmp_path_factory):
-    """A tiny model conditioned on joints + the simulator's state, 2 steps on the session's recording."""
+def env_state_world(state_world_dir):
     from cosmos3_robot.policies.world_model import WorldModel
-    from cosmos3_robot.scripts.train import build_data, compose
-    from cosmos3_robot.training.trainer import Trainer, build_model
 
-    _, root, _ = tiny_world
-    cfg = compose([
-        "stage=generator", "model=tiny", "model.state_dim=10", "steps=2",
-        f"out={tmp_path_factory.mktemp('env_state_run')}", "data.source=lerobot", f"data.root={root}",
-        "data.batch_size=2", "+data.options.num_frames=5", "+data.options.num_actions=4",
-        "+data.options.val_fraction=0.34", "+data.options.vae_preset=tiny", "progress=false",
-        "+data.options.state_key=observation.state+observation.environment_state",
-    ])  # fmt: skip
-    model, vit = build_model(cfg)
-    summary = Trainer(cfg, build_data(cfg, model.config, vit), model=model, vit=vit).fit()
-    return WorldModel.from_folder(summary["model"])
+    return WorldModel.from_folder(state_world_dir)
 
 
 def test_the_runner_plans_on_the_estimate_and_never_reads_the_env_state(env_state_world):

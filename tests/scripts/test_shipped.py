@@ -16,21 +16,8 @@ from cosmos3_robot.encoders.state_estimator import EstimatorConfig, StateEstimat
 
 
 @pytest.fixture(scope="module")
-def shipped(tiny_world, tmp_path_factory):
+def shipped(state_world_dir, tmp_path_factory):
     """A folder laid out as artefacts/reach: policy/ (2 training steps), estimator/, labeller/."""
-    from cosmos3_robot.scripts.train import build_data, compose
-    from cosmos3_robot.training.trainer import Trainer, build_model
-
-    _, root, _ = tiny_world
-    cfg = compose([
-        "stage=generator", "model=tiny", "model.state_dim=10", "steps=2",
-        f"out={tmp_path_factory.mktemp('state_run')}", "data.source=lerobot", f"data.root={root}",
-        "data.batch_size=2", "+data.options.num_frames=5", "+data.options.num_actions=4",
-        "+data.options.val_fraction=0.34", "+data.options.vae_preset=tiny", "progress=false",
-        "+data.options.state_key=observation.state+observation.environment_state",
-    ])  # fmt: skip
-    model, vit = build_model(cfg)
-    summary = Trainer(cfg, build_data(cfg, model.config, vit), model=model, vit=vit).fit()
     folder = tmp_path_factory.mktemp("shipped")
     torch.manual_seed(0)
     est = StateEstimator(
@@ -41,7 +28,7 @@ def shipped(tiny_world, tmp_path_factory):
     lab = InverseDynamicsLabeller(LabellerConfig("action", 2, 32, 10.0, width=8))
     lab.std.fill_(0.5)
     save_labeller(folder / "src_labeller", lab, {"command": "test"})
-    return folder, summary["model"]
+    return folder, state_world_dir
 
 
 def test_export_bf16_halves_the_weights_keeps_the_units_and_loads_back(shipped, tmp_path):
