@@ -30,7 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cosmos3_robot.encoders.state_estimator import conv_trunk, load_reader, save_reader, spatial_softmax
+from cosmos3_robot.encoders.state_estimator import (
+    check_reader_config,
+    conv_trunk,
+    load_reader,
+    save_reader,
+    spatial_softmax,
+)
 
 CONFIG_FILE = "labeller.json"
 VELOCITY_GAIN = 10.0  # keypoint steps are ~0.01-0.1 of the [-1, 1] frame; this puts them near unit scale
@@ -47,18 +53,9 @@ class LabellerConfig:
     hidden: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("action_dim", "image_size", "width", "keypoints", "hidden"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"LabellerConfig.{name} must be a positive integer, got {v!r}")
+        check_reader_config(self, ("action_dim",))
         if not (isinstance(self.fps, (int, float)) and self.fps > 0):
             raise ValueError(f"LabellerConfig.fps must be a positive frame rate, got {self.fps!r}")
-        if self.width % 8:
-            raise ValueError(f"width must be a multiple of 8 (GroupNorm of 8 groups), got {self.width}")
-        if self.image_size % 4:
-            raise ValueError(
-                f"image_size must be a multiple of 4 (two stride-2 convs), got {self.image_size}"
-            )
 
 
 def triplet_indices(length: int) -> np.ndarray:
@@ -123,12 +120,16 @@ class InverseDynamicsLabeller(nn.Module):
             raise ValueError(f"the video's frame rate must be positive, got {fps!r}")
         video = torch.as_tensor(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
         idx = torch.from_numpy(triplet_indices(len(frames)))
-        out = []
-        for i in range(0, len(idx), batch):
-            chunk = idx[i : i + batch]
-            out.append(self.denormalise(self(video[chunk], torch.full((len(chunk),), float(fps)))))
-        actions = torch.cat(out)
+        actions = self.predict(video, idx, torch.full((len(idx),), float(fps)), batch)
         return torch.cat([actions, actions[-1:]]).numpy().astype(np.float32)
+
+    def predict(self, frames: Tensor, triplets: Tensor, fps: Tensor, batch: int = 256) -> Tensor:
+        """Actions in dataset units (M, action_dim) of the transitions `triplets` (M, 3), indices of
+        frames (N, 3, H, W) uint8, each filmed at `fps` (M,); `batch` transitions per call."""
+        return torch.cat([
+            self.denormalise(self(frames[triplets[i : i + batch]], fps[i : i + batch]))
+            for i in range(0, len(triplets), batch)
+        ])  # fmt: skip
 
 
 def save_labeller(folder: str | Path, model: InverseDynamicsLabeller, record: dict) -> Path:

@@ -50,16 +50,20 @@ class EstimatorConfig:
     hidden: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("state_dim", "image_size", "width", "keypoints", "vocab", "embed", "hidden"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"EstimatorConfig.{name} must be a positive integer, got {v!r}")
-        if self.width % 8:
-            raise ValueError(f"width must be a multiple of 8 (GroupNorm of 8 groups), got {self.width}")
-        if self.image_size % 4:
-            raise ValueError(
-                f"image_size must be a multiple of 4 (two stride-2 convs), got {self.image_size}"
-            )
+        check_reader_config(self, ("state_dim", "vocab", "embed"))
+
+
+def check_reader_config(config, sizes: tuple[str, ...]) -> None:
+    """The checks every frame reader's config needs: `sizes` and the trunk's sizes (image_size, width,
+    keypoints, hidden) positive integers; width a multiple of 8, image_size of 4."""
+    for name in (*sizes, "image_size", "width", "keypoints", "hidden"):
+        v = getattr(config, name)
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{type(config).__name__}.{name} must be a positive integer, got {v!r}")
+    if config.width % 8:
+        raise ValueError(f"width must be a multiple of 8 (GroupNorm of 8 groups), got {config.width}")
+    if config.image_size % 4:
+        raise ValueError(f"image_size must be a multiple of 4 (two stride-2 convs), got {config.image_size}")
 
 
 def instruction_words(text: str, vocab: int) -> list[int]:

@@ -7,9 +7,9 @@ Per task: record the noisy scripted expert twice, on disjoint env seeds: a label
 0 .. L-1, L = --labelled of the --demos) that trains the labeller for --minutes (our model,
 `train`; or with --labeller frames the frame-to-frame labeller, `train-labeller`), and a policy
 set (seeds L .. demos-1) whose actions the labeller replaces (`label --check`, which also scores
-the labels against the true actions). The same policy (--arm, LeRobot's ACT by default) is then trained for --minutes on the policy set twice, once with the true actions
-and once with the labels, and both are rolled out on the same --episodes held-out env seeds
-10000, 10001, ... The figure is success(labels) / success(true actions); the target is >= 0.9.
+the labels against the true actions). The same policy (--arm, LeRobot's ACT by default) is then
+trained for --minutes on the policy set twice, once with the true actions and once with the labels,
+and both are rolled out on the same --episodes held-out env seeds 10000, 10001, ... The figure is success(labels) / success(true actions); the target is >= 0.9.
 One difference besides the actions: `label` writes its dataset through LeRobot's writer, so the
 labelled copy's frames are encoded a second time (the true-action policy reads the recording's).
 

@@ -111,16 +111,9 @@ def load_transitions(cfg: LabellerTrainConfig) -> tuple[Transitions, Transitions
     return join(parts["train"]), join(parts["held"]), info
 
 
-def predict(model: InverseDynamicsLabeller, data: Transitions, batch: int = 256) -> Tensor:
-    out = [
-        model.denormalise(model(data.frames[data.triplets[i : i + batch]], data.fps[i : i + batch]))
-        for i in range(0, len(data), batch)
-    ]
-    return torch.cat(out)
-
-
 def held_out_scores(model: InverseDynamicsLabeller, data: Transitions, train_mean: Tensor) -> dict:
-    scores = action_errors(predict(model, data).numpy(), data.actions.numpy(), train_mean.numpy())
+    pred = model.predict(data.frames, data.triplets, data.fps)
+    scores = action_errors(pred.numpy(), data.actions.numpy(), train_mean.numpy())
     return {"transitions": len(data), **scores}
 
 
