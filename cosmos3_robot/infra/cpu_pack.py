@@ -19,6 +19,9 @@ With `linear_dtype=torch.bfloat16` the packed weights are kept in bf16 and every
 casts its float32 input to bf16 and its output back (bias added in float32): on a CPU with AMX or
 AVX512-BF16 the thin products of a denoising step run 2-3x faster, at bf16's precision (about three
 significant digits). The rest of the model stays float32. Off by default; `rollout --linear-dtype`.
+oneDNN's bf16 kernels need AVX512 (BW, VL, DQ) or AVX-NE-CONVERT: on a CPU without them (an AVX2-only
+one) bf16 weights are not packed, and a bf16 product runs as `F.linear` on the bf16-rounded operands,
+the same arithmetic at PyTorch's slower reference speed (`bf16_available()` tells which).
 
 `pack_for_cpu` also turns on the fused RMSNorm and QK-norm + rotation kernels of `cpu_kernels`, the
 other per-call cost that weighs on a thin denoising step.
@@ -35,6 +38,8 @@ in `model/` has no flag for it, as diffusers' attention processors are set from 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -50,9 +55,21 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
 
 
+def bf16_available() -> bool:
+    """Whether oneDNN can pack and run bf16 products on this CPU (AVX512 BW/VL/DQ or AVX-NE-CONVERT)."""
+    return available() and _cpu_has_onednn_bf16()
+
+
+@functools.cache
+def _cpu_has_onednn_bf16() -> bool:
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def _packable(x: Tensor, tensors: list[Tensor]) -> bool:
     """Whether oneDNN's packed product may run x against these weights (and biases)."""
     if x.device.type != "cpu" or x.dtype not in _PACKABLE:
+        return False
+    if x.dtype == torch.bfloat16 and not bf16_available():
         return False
     for t in tensors:
         if t.device.type != "cpu" or t.dtype != x.dtype or t.is_inference():
@@ -96,7 +113,11 @@ class PackedConcat:
         key = (_key(tensors), low)
         if key != self._key:
             weight = torch.cat([lin.weight for lin in linears])
-            self._packed = _pack(weight.to(self.compute_dtype) if low else weight)
+            if low:  # kept unpacked where oneDNN has no bf16 kernels for this CPU (module docstring)
+                weight = weight.to(self.compute_dtype)
+                self._packed = _pack(weight) if bf16_available() else weight.detach().contiguous()
+            else:
+                self._packed = _pack(weight)
             biases = [lin.bias for lin in linears]
             self._bias = (
                 None
@@ -110,7 +131,9 @@ class PackedConcat:
             )
             self._key = key
         if low:
-            y = _packed_linear(x.to(self.compute_dtype), self._packed, None).float()
+            xl = x.to(self.compute_dtype)
+            w = self._packed  # a plain bf16 weight where oneDNN has no bf16 kernels
+            y = (_packed_linear(xl, w, None) if w.is_mkldnn else F.linear(xl, w)).float()
             return y if self._bias is None else y + self._bias
         return _packed_linear(x, self._packed, self._bias)
 

@@ -20,11 +20,13 @@ Ctrl-C keeps the episodes it finished, and the same command continues from there
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.infra import cpu_pack
 from cosmos3_robot.scripts.common import (
     HelpFormatter,
     add_threads_option,
@@ -84,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--linear-dtype",
         choices=("fp32", "bf16"),
         default="fp32",
-        help="dtype of the model's matrix products: bf16 is faster on CPUs with AMX / AVX512-BF16, at bf16 "
+        help="dtype of the model's matrix products: bf16 is faster on CPUs with AMX / AVX512-BF16 (slower on AVX2 alone), at bf16 "
         "precision; the rest stays fp32 (default: %(default)s)",
     )
     p.add_argument("--image-size", type=int, default=None, help="env camera size (default: the model's)")
@@ -138,6 +140,12 @@ def make_policy(args: argparse.Namespace):
 
     world = WorldModel.from_folder(args.model)
     world.set_linear_dtype(args.linear_dtype)
+    if args.linear_dtype == "bf16" and not cpu_pack.bf16_available():
+        print(
+            "warning: --linear-dtype bf16 on a CPU without oneDNN bf16 kernels (they need AVX512 BW/VL/DQ or "
+            "AVX-NE-CONVERT): the bf16 products run unpacked and are likely slower than fp32; use fp32 here",
+            file=sys.stderr,
+        )
     if world.actions is None:
         raise ValueError(f"{args.model} was trained without actions: it cannot act; train it with actions")
     sampling = SamplingConfig(steps=args.steps, noise_scale=args.noise_scale)
