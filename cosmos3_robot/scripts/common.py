@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.infra.cpu_pack import TRAINING_DTYPES
 
 RUN_FILE = "run.json"
 
@@ -145,7 +146,7 @@ def dataclass_options(
         if name in many:
             kwargs["nargs"] = "+"
         if name == "dtype":
-            kwargs["choices"] = ("bf16", "fp32")
+            kwargs["choices"] = TRAINING_DTYPES
         parser.add_argument("--" + name.replace("_", "-"), **kwargs)
 
 
@@ -161,7 +162,8 @@ SMALL_TRAINER_HELP = {
     "save_every": "steps between checkpoints",
     "width": "channels of the first conv (a multiple of 8)",
     "keypoints": "spatial-softmax keypoints",
-    "dtype": "autocast dtype of the training steps (bf16 was about 4x faster than fp32 on the 2-core machine)",
+    "dtype": "autocast dtype of the training steps; auto: bf16 where the CPU has oneDNN bf16 kernels (about 4x "
+    "faster than fp32 there), else fp32 (bf16 is ~40x slower on an AVX2-only CPU)",
     "seed": "seed of the weights and of the batch sampler",
 }
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from cosmos3_robot.files import CheckpointError, write_json_atomic
+from cosmos3_robot.infra.cpu_pack import training_dtype
 from cosmos3_robot.training.one_file_checkpoint import read_one_file, restore, save_one_file
 
 
@@ -39,7 +40,7 @@ class SmallTrainConfig:
     save_every: int = 500
     width: int = 32
     keypoints: int = 32
-    dtype: str = "bf16"  # autocast of the training steps: bf16 (about 4x faster here) or fp32
+    dtype: str = "auto"  # autocast of the training steps: bf16, fp32, or auto (cpu_pack.training_dtype)
     seed: int = 0
 
     ROOT_NEEDS: ClassVar[str] = "a LeRobot dataset"
@@ -56,8 +57,7 @@ class SmallTrainConfig:
             raise ValueError(f"lr must be a positive number, got {self.lr}")
         if self.max_minutes is not None and not (math.isfinite(self.max_minutes) and self.max_minutes > 0):
             raise ValueError(f"max_minutes must be a positive number of minutes, got {self.max_minutes}")
-        if self.dtype not in ("bf16", "fp32"):
-            raise ValueError(f"dtype must be bf16 or fp32, got {self.dtype!r}")
+        training_dtype(self.dtype)  # refuses another name
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -111,6 +111,8 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         step, seconds, history = meta["step"], meta["train_seconds"], meta["history"]
         log(f"resuming {ckpt} at step {step}")
     start, t0 = step, time.time()
+    dtype = training_dtype(cfg.dtype)
+    log(f"training steps in {dtype}" + (" (--dtype auto on this CPU)" if cfg.dtype == "auto" else ""))
 
     def save() -> None:
         meta = {"step": step, "train_seconds": round(seconds, 1), "history": history,
@@ -127,7 +129,7 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         idx = torch.randint(run.samples, (cfg.batch_size,), generator=gen)
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
             loss = run.loss(idx)
         opt.zero_grad(set_to_none=True)
         loss.backward()

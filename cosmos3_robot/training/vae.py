@@ -46,6 +46,7 @@ from cosmos3_robot.eval.metrics import (
     later_latent_use,
 )
 from cosmos3_robot.files import CheckpointError, write_json_atomic
+from cosmos3_robot.infra.cpu_pack import training_dtype
 from cosmos3_robot.processors.geometry import check_spatial_size
 from cosmos3_robot.training.one_file_checkpoint import read_one_file, restore, save_one_file
 from cosmos3_robot.training.vae_config import VAETrainConfig
@@ -142,7 +143,7 @@ def reconstruction_loss(recon: Tensor, x: Tensor, loss: str, foreground_weight: 
 
 def vae_loss(vae: VideoVAE, frames: Tensor, cfg: VAETrainConfig) -> tuple[Tensor, dict[str, float]]:
     x = vae.frames_to_input(frames)  # (B, 3, T, H, W) in [-1, 1]
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.dtype == "bf16")
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=training_dtype(cfg.dtype) == "bf16")
     with autocast:
         posterior = vae.autoencoder.encode(x).latent_dist
         recon = vae.autoencoder.decode(posterior.sample()).sample

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cosmos3_robot.encoders.vae import VAE_PRESETS, vae_config
+from cosmos3_robot.infra.cpu_pack import training_dtype
 from cosmos3_robot.processors.geometry import check_spatial_size
 
 
@@ -32,7 +33,7 @@ class VAETrainConfig:
     kl_weight: float = 1e-6
     edge_weight: float = 0.5
     foreground_weight: float = 0.0  # extra reconstruction weight on pixels unlike the frame's background
-    dtype: str = "bf16"  # autocast dtype for training: "bf16" or "fp32"
+    dtype: str = "auto"  # autocast dtype for training: bf16, fp32, or auto (cpu_pack.training_dtype)
     holdout_episodes: int = 2
     max_episodes: int | None = None  # use only the first N episodes
     eval_every: int = 250
@@ -66,8 +67,9 @@ class VAETrainConfig:
             raise ValueError(f"max_minutes must be a positive number of minutes, got {self.max_minutes}")
         if self.preset not in VAE_PRESETS:
             raise ValueError(f"preset {self.preset!r} is not one of {list(VAE_PRESETS)}")
-        if self.loss not in ("mse", "l1") or self.dtype not in ("bf16", "fp32"):
-            raise ValueError(f"loss must be mse|l1 and dtype bf16|fp32, got {self.loss!r}, {self.dtype!r}")
+        if self.loss not in ("mse", "l1"):
+            raise ValueError(f"loss must be mse or l1, got {self.loss!r}")
+        training_dtype(self.dtype)  # refuses another name
         if self.size is not None:
             check_spatial_size(self.size, self.size)
 

@@ -197,3 +197,14 @@ def test_bf16_products_of_a_float32_model_equal_f_linear_on_bf16_rounded_operand
         torch.testing.assert_close(low.reason(ids).logits, r.logits, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="linear_dtype must be one of"):
         pack_for_cpu(low, torch.float16)
+
+
+def test_training_dtype_auto_follows_the_cpu_and_bad_names_are_refused(monkeypatch):
+    """auto trains in bf16 only where oneDNN has bf16 kernels (an AVX2-only CPU ran bf16 autocast ~40x
+    slower than fp32); explicit names are kept as given."""
+    for has, want in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(cpu_pack, "bf16_available", lambda has=has: has)
+        assert cpu_pack.training_dtype("auto") == want
+        assert cpu_pack.training_dtype("bf16") == "bf16" and cpu_pack.training_dtype("fp32") == "fp32"
+    with pytest.raises(ValueError, match="dtype must be one of auto, bf16, fp32"):
+        cpu_pack.training_dtype("fp16")
