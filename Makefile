@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke bench-imagination \
-	bench-imagination-smoke bench-labels bench-labels-smoke reproduce-reach clean
+	bench-imagination-smoke bench-labels bench-labels-smoke bench-metaworld reproduce-reach clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,16 @@ demo: venv
 REPRODUCE_DATA ?= data/reproduce
 reproduce-reach: venv
 	bash benchmarks/recipes/reach_artefacts.sh $(REPRODUCE_DATA)
+
+# Issue 20 on Meta-World v3: ours (state estimator + policy; all modes and policy mode only) vs LeRobot
+# ACT at equal minutes, per task (MW_TASKS, default door-open-v3 button-press-topdown-v3; 100
+# demonstrations, 50 held-out seeds), about 75 minutes per task on 2 cores; resumable; the table:
+# benchmarks/collect_metaworld.py.
+MW_DATA ?= data/metaworld
+MW_TASKS ?=
+bench-metaworld: venv
+	bash benchmarks/recipes/metaworld.sh $(MW_DATA) $(MW_TASKS)
+	$(PY) benchmarks/collect_metaworld.py $(MW_DATA) --out $(MW_DATA)/results.json
 
 test: venv
 	$(PY) -m pytest -q
