@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke bench-imagination \
-	bench-imagination-smoke bench-labels bench-labels-smoke bench-metaworld reproduce-reach clean
+	bench-imagination-smoke bench-labels bench-labels-smoke bench-metaworld bench-metaworld-smoke reproduce-reach clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,12 @@ MW_TASKS ?=
 bench-metaworld: venv
 	bash benchmarks/recipes/metaworld.sh $(MW_DATA) $(MW_TASKS)
 	$(PY) benchmarks/collect_metaworld.py $(MW_DATA) --out $(MW_DATA)/results.json
+
+# The same chain at toy size (5 demonstrations, 1 + 1 minutes of ours, 2 of ACT, 2 episodes of one task):
+# checks that every stage runs; its figures mean nothing.
+bench-metaworld-smoke: venv
+	DEMOS=5 EPISODES=2 EST_MIN=1 POLICY_MIN=1 HOLDOUT=1 bash benchmarks/recipes/metaworld.sh $(MW_DATA)-smoke reach-v3
+	$(PY) benchmarks/collect_metaworld.py $(MW_DATA)-smoke --out $(MW_DATA)-smoke/results.json
 
 test: venv
 	$(PY) -m pytest -q

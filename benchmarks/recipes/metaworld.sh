@@ -3,7 +3,7 @@
 # estimated_state.sh) against LeRobot ACT at equal wall-clock budget, per task, on the same
 # demonstrations and the same held-out env seeds.
 #   1. record: DEMOS noisy-expert episodes (Meta-World's scripted expert, --noise 0.1, env seeds 0..)
-#   2. ours:   train-estimator (EST_MIN minutes, the last 10 episodes held out) on
+#   2. ours:   train-estimator (EST_MIN minutes, the last HOLDOUT episodes held out) on
 #              observation.environment_state, then the `full` policy (sim-small on joints + that
 #              state, seeded random tiny VAE, POLICY_MIN minutes, the settings of privileged_state.sh),
 #              rolled out on EPISODES seeds from 10000 re-planning every 2 actions, the state read
@@ -13,7 +13,7 @@
 #              episodes, chunk 10, execute 2, batch 8; rolled out on the same seeds
 # Every stage resumes (record, the trainers and rollout keep what finished).
 # Usage: metaworld.sh DATA_DIR [TASKS...]   (default tasks: door-open-v3 button-press-topdown-v3)
-#   env: DEMOS=100 EPISODES=50 EST_MIN=5 POLICY_MIN=15
+#   env: DEMOS=100 EPISODES=50 EST_MIN=5 POLICY_MIN=15 HOLDOUT=10 (estimator episodes held out)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=$(realpath -m "${1:-data}")
@@ -23,6 +23,7 @@ DEMOS=${DEMOS:-100}
 EPISODES=${EPISODES:-50}
 EST_MIN=${EST_MIN:-5}
 POLICY_MIN=${POLICY_MIN:-15}
+HOLDOUT=${HOLDOUT:-10}
 CLI=$REPO/.venv/bin/cosmos3-robot
 export MUJOCO_GL=egl HF_HUB_OFFLINE=1
 for T in $TASKS; do
@@ -32,7 +33,7 @@ for T in $TASKS; do
   $CLI record --env "$ENV" --episodes "$DEMOS" --noise 0.1 --seed 0 --image-size 128 --root "$D/data" \
     --no-progress
   $CLI train-estimator --root "$D/data" --out "$D/estimator" --max-minutes "$EST_MIN" --steps 100000 \
-    --holdout-episodes 10 --seed 0
+    --holdout-episodes "$HOLDOUT" --seed 0
   width() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['features'][sys.argv[2]]['shape'][0])" \
     "$D/data/meta/info.json" "$1"; }
   DIM=$(( $(width observation.state) + $(width observation.environment_state) ))
