@@ -26,6 +26,24 @@ POLICY_MIN=${POLICY_MIN:-15}
 HOLDOUT=${HOLDOUT:-10}
 CLI=$REPO/.venv/bin/cosmos3-robot
 export MUJOCO_GL=egl HF_HUB_OFFLINE=1
+width() {  # width INFO_JSON FEATURE: the feature's vector width in a LeRobot dataset
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['features'][sys.argv[2]]['shape'][0])" "$1" "$2"
+}
+policy() {  # policy OUT [overrides...]: sim-small on joints + state of task $D (a finished one is kept)
+  local out=$1
+  shift
+  [ -d "$out/model" ] && return 0
+  $CLI train model=sim-small model.latent_channels=48 model.state_dim=$DIM minutes="$POLICY_MIN" steps=1000000 \
+    seed=0 out="$out" data.source=lerobot data.root="$D/data" data.batch_size=16 \
+    +data.options.vae_preset=tiny +data.options.state_key=observation.state+observation.environment_state \
+    +data.options.num_frames=5 +data.options.num_actions=10 +data.options.pad=true \
+    +data.options.latent_cache="$D/latents" +data.options.val_fraction=0.1 \
+    optim.lr=1e-3 optim.warmup_steps=50 checkpoint.every=200 val_every=0 progress=false "$@"
+}
+ours_rollout() {  # ours_rollout MODEL_RUN OUT: the state read off the frame by task $D's estimator
+  $CLI rollout --model "$1/model" --estimator "$D/estimator/estimator" --env "$ENV" --episodes "$EPISODES" \
+    --seed 10000 --execute 2 --steps 10 --out "$2" --no-video --no-progress
+}
 for T in $TASKS; do
   ENV=cosmos3_robot/MetaWorld-$T
   D=$DATA/$T
@@ -34,28 +52,13 @@ for T in $TASKS; do
     --no-progress
   $CLI train-estimator --root "$D/data" --out "$D/estimator" --max-minutes "$EST_MIN" --steps 100000 \
     --holdout-episodes "$HOLDOUT" --seed 0
-  width() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['features'][sys.argv[2]]['shape'][0])" \
-    "$D/data/meta/info.json" "$1"; }
-  DIM=$(( $(width observation.state) + $(width observation.environment_state) ))
-  policy() {  # policy OUT [overrides...]: sim-small on joints + state (a finished one is kept)
-    local out=$1
-    shift
-    [ -d "$out/model" ] && return 0
-    $CLI train model=sim-small model.latent_channels=48 model.state_dim=$DIM minutes="$POLICY_MIN" steps=1000000 \
-    seed=0 out="$out" data.source=lerobot data.root="$D/data" data.batch_size=16 \
-    +data.options.vae_preset=tiny +data.options.state_key=observation.state+observation.environment_state \
-    +data.options.num_frames=5 +data.options.num_actions=10 +data.options.pad=true \
-    +data.options.latent_cache="$D/latents" +data.options.val_fraction=0.1 \
-    optim.lr=1e-3 optim.warmup_steps=50 checkpoint.every=200 val_every=0 progress=false "$@"
-  }
+  INFO=$D/data/meta/info.json
+  DIM=$(( $(width "$INFO" observation.state) + $(width "$INFO" observation.environment_state) ))
   policy "$D/policy"
-  $CLI rollout --model "$D/policy/model" --estimator "$D/estimator/estimator" --env "$ENV" \
-    --episodes "$EPISODES" --seed 10000 --execute 2 --steps 10 --out "$D/ours_rollout" --no-video --no-progress
+  ours_rollout "$D/policy" "$D/ours_rollout"
   # the same model trained on the policy mode alone (all its steps spent on acting)
   policy "$D/policy_only" 'generator.modes={forward_dynamics: 0, inverse_dynamics: 0, policy: 1, video: 0}'
-  $CLI rollout --model "$D/policy_only/model" --estimator "$D/estimator/estimator" --env "$ENV" \
-    --episodes "$EPISODES" --seed 10000 --execute 2 --steps 10 --out "$D/ours_policy_only_rollout" \
-    --no-video --no-progress
+  ours_rollout "$D/policy_only" "$D/ours_policy_only_rollout"
   $CLI train-baseline --kind act --root "$D/data" --out "$D/act" --minutes $(( EST_MIN + POLICY_MIN )) \
     --batch-size 8 --chunk 10 --execute 2 --seed 0 --no-progress
   $CLI rollout --policy "lerobot:$D/act/model" --env "$ENV" --episodes "$EPISODES" --seed 10000 \
