@@ -75,13 +75,14 @@ class WorldModelPolicy:
 
     def __init__(self, world: WorldModel, execute: int = 4, sampling: SamplingConfig | None = None,
                  imagine: bool = False, ensemble: float | None = None,
-                 estimator: StateEstimator | None = None):  # fmt: skip
+                 estimator: StateEstimator | None = None, mode: str | None = None):  # fmt: skip
         self.runner = PolicyRunner(
             world,
             execute=execute,
             sampling=sampling or SamplingConfig(),
             ensemble=ensemble,
             estimator=estimator,
+            mode=mode,
         )
         self.imagine = imagine  # decode the predicted future frames of every chunk (for recordings)
         self.chunks: list[Chunk] = []

@@ -73,6 +73,10 @@ class PolicyRunner:
     `environment_state`) that part of the state is read off the current frame and the instruction at
     every plan; the observation's own value for it is dropped unread.
 
+    `mode` is the task head it samples: `policy` (actions and the future frames, which
+    `imagined_frames` shows) or `action_policy` (actions alone, fewer tokens per step); None = the
+    model's own (`WorldModel.policy_mode`).
+
     With `ensemble=m` it re-plans at every step and averages, for the current step, the actions of
     every chunk that covers it, the oldest weighted most: w_i = exp(-m·i), i = 0 for the oldest
     (ACT's temporal ensembling, Zhao et al. 2023); `execute` is then unused.
@@ -83,9 +87,12 @@ class PolicyRunner:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     ensemble: float | None = None
     estimator: StateEstimator | None = None
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         g = self.world.geometry
+        self.mode = self.mode or self.world.policy_mode
+        self.world.check_policy_mode(self.mode)
         if self.estimator is not None:
             check_estimator(self.estimator, self.world)
         if self.world.actions is None:
@@ -152,8 +159,8 @@ class PolicyRunner:
             if self._reasoned is None or self._reasoned[0] != task:
                 self._reasoned = (task, self.world.reasoned(batch))
             reasoned = self._reasoned[1]
-        out = sample_mode(self.world, "policy", batch, self.sampling, self.generator, reasoned)
-        self._last_video = out["video"]
+        out = sample_mode(self.world, self.mode, batch, self.sampling, self.generator, reasoned)
+        self._last_video = out["video"] if self.mode == "policy" else None
         actions = self.world.raw_actions(out["action"])[0]
         if not np.all(np.isfinite(actions)):
             raise FloatingPointError(
@@ -163,7 +170,8 @@ class PolicyRunner:
 
     def imagined_frames(self) -> np.ndarray | None:
         """The future frames the last plan predicted, uint8 (K, H, W, 3), frame k one env step
-        after frame k - 1; None before the first plan or when clip frames are not env steps."""
+        after frame k - 1; None before the first plan, when clip frames are not env steps, or in the
+        `action_policy` mode (it imagines none)."""
         if self._last_video is None or self.world.geometry.frame_step != 1:
             return None
         frames = self.world.decode_latents(self._last_video)[0, 1:]  # (K, 3, H, W) after the observed

@@ -31,11 +31,20 @@ from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks import ClipBatch
 from cosmos3_robot.tasks.sampling import ReasonedPrompt
 
+POLICY_MODES = ("policy", "action_policy")  # the task heads a closed-loop policy can sample
+
 
 class WorldModel:
     """A trained MoT with its frozen VAE, tokenizer, action transform and clip geometry."""
 
-    def __init__(self, model: MoT, vae: VideoVAE, data_state: DataState, vit: ViT | None = None):
+    def __init__(
+        self,
+        model: MoT,
+        vae: VideoVAE,
+        data_state: DataState,
+        vit: ViT | None = None,
+        modes: dict[str, float] | None = None,
+    ):
         if data_state.geometry is None:
             raise ValueError(
                 f"a world model needs a Generator-stage data state with clip geometry; this one is from "
@@ -50,6 +59,7 @@ class WorldModel:
         self.model = pack_for_cpu(model.eval())
         self.vae = vae.eval()
         self.data_state = data_state
+        self.trained_modes = dict(modes) if modes else None  # generator.modes of its training; None = unknown
         self._warned_tasks: set[str] = set()
         self.geometry: ClipGeometry = data_state.geometry
         self.tokenizer = load_tokenizer(data_state.tokenizer)
@@ -91,7 +101,7 @@ class WorldModel:
                 "(normalisation stats, tokenizer, clip geometry, VAE)"
             )
         state = DataState.from_dict(read_json(state_path), source=str(state_path))
-        model, vit, _ = load_model(folder, dtype=torch.float32)  # a bf16 export is upcast for the CPU
+        model, vit, meta = load_model(folder, dtype=torch.float32)  # a bf16 export is upcast for the CPU
         if vae is None:
             ref = state.vae
             if ref is None:
@@ -100,7 +110,7 @@ class WorldModel:
             if path is not None and not Path(path).exists() and (folder / path).exists():
                 path = str(folder / path)
             vae = load_vae(path, model.config.latent_channels, preset=ref.preset or "tiny", seed=ref.seed)
-        return cls(model, vae, state, vit)
+        return cls(model, vae, state, vit, meta.get("modes"))
 
     def set_linear_dtype(self, name: str) -> None:
         """Run the model's packed products in `name` ("fp32" or "bf16"; `infra/cpu_pack.py`)."""
@@ -109,6 +119,24 @@ class WorldModel:
         if name not in LINEAR_DTYPES:
             raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
         pack_for_cpu(self.model, LINEAR_DTYPES[name])
+
+    @property
+    def policy_mode(self) -> str:
+        """The mode a policy samples: `policy` (actions and future frames), or `action_policy` (actions
+        alone) for a model trained on that and not on `policy`. A folder that records no modes: `policy`."""
+        m = self.trained_modes or {}
+        return "action_policy" if m.get("policy", 0) <= 0 < m.get("action_policy", 0) else "policy"
+
+    def check_policy_mode(self, mode: str) -> None:
+        """Refuse a policy mode that is not one, or that the model never trained on."""
+        if mode not in POLICY_MODES:
+            raise ValueError(f"policy mode {mode!r}: choose one of {', '.join(POLICY_MODES)}")
+        if self.trained_modes is not None and self.trained_modes.get(mode, 0) <= 0:
+            trained = ", ".join(f"{k} {v:g}" for k, v in sorted(self.trained_modes.items()) if v > 0)
+            raise ValueError(
+                f"the model never trained in mode {mode!r} (its generator.modes: {trained}); use "
+                f"{self.policy_mode!r}, or train with generator.modes including {mode}"
+            )
 
     @property
     def embodiment(self) -> int:

@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=10, help="denoising steps per chunk (default: %(default)s)")
     p.add_argument(
+        "--policy-mode",
+        choices=("policy", "action_policy"),
+        default=None,
+        help="the task head that acts: policy (actions and future frames) or action_policy (actions alone, "
+        "fewer tokens per step); the model must have trained on it (default: the model's own)",
+    )
+    p.add_argument(
         "--noise-scale",
         type=float,
         default=1.0,
@@ -110,6 +117,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--steps and --execute must be >= 1, got {args.steps} and {args.execute}")
     if args.estimator is not None and args.model is None:
         raise ValueError("--estimator feeds our model's state: it needs --model, not --policy")
+    if args.policy_mode is not None and args.model is None:
+        raise ValueError("--policy-mode chooses our model's task head: it needs --model, not --policy")
 
 
 def make_policy(args: argparse.Namespace):
@@ -157,7 +166,7 @@ def make_policy(args: argparse.Namespace):
 
         estimator = load_estimator(args.estimator)
     policy = WorldModelPolicy(world, execute=args.execute, sampling=sampling, imagine=args.rrd,
-                              ensemble=args.ensemble, estimator=estimator)  # fmt: skip
+                              ensemble=args.ensemble, estimator=estimator, mode=args.policy_mode)  # fmt: skip
     world.check_env(args.env)
     g = world.geometry
     if args.image_size is not None and args.image_size != g.image_size:
@@ -195,7 +204,9 @@ def _run(args: argparse.Namespace) -> int:
 
     policy, image_size, control_hz = make_policy(args)
     # What makes two runs the same (the episode count is a target: a run continues to a larger one).
-    config = run_config(args, skip=("no_progress", "threads", "episodes"))
+    # An option left at its default that older runs did not have is left out, so that they still resume.
+    unset = ("policy_mode",) if args.policy_mode is None else ()
+    config = run_config(args, skip=("no_progress", "threads", "episodes", *unset))
     prov = claim_output(args.out, "rollout", config)
     results_path = args.out / "results.json"
     done: list[dict] = []

@@ -121,14 +121,19 @@ def compose(overrides: list[str]) -> TrainConfig:
 
     register_schema()
     try:
+        # A dict given on the command line replaces the default whole (not merged, and not refused for
+        # keys the default lacks): it is applied after Hydra, and TrainConfig validates its keys.
+        replaced = [o for o in overrides if o.split("=", 1)[0].lstrip("+") in REPLACED_DICTS]
+        rest = [o for o in overrides if o not in replaced]
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
-            raw = hydra_compose(config_name="train", overrides=overrides)
+            raw = hydra_compose(config_name="train", overrides=rest)
         raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
-        for key in REPLACED_DICTS:  # a dict given on the command line replaces the default, not merges
-            given = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
-            if given:
-                value = OmegaConf.create({"v": _parse_value(given[-1].split("=", 1)[1])})["v"]
-                OmegaConf.update(raw, key, value, merge=False)
+        for item in replaced:
+            key, text = item.split("=", 1)
+            value = OmegaConf.create({"v": _parse_value(text)})["v"]
+            OmegaConf.set_struct(raw, False)
+            OmegaConf.update(raw, key.lstrip("+"), value, merge=False)
+            OmegaConf.set_struct(raw, True)
         return OmegaConf.to_object(raw)
     except (HydraException, OmegaConfBaseException) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -12,6 +12,7 @@ TASKS: dict[str, str] = {
     "forward_dynamics": "cosmos3_robot.tasks.heads:ForwardDynamics",
     "inverse_dynamics": "cosmos3_robot.tasks.heads:InverseDynamics",
     "policy": "cosmos3_robot.tasks.heads:Policy",
+    "action_policy": "cosmos3_robot.tasks.heads:ActionPolicy",
     "video": "cosmos3_robot.tasks.heads:VideoPrediction",
 }
 

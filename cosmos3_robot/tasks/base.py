@@ -10,6 +10,7 @@ are noised (generated) — docs/design.md, "The three action modes":
     forward_dynamics   observed frames + all actions      future frames (+ future audio)
     inverse_dynamics   all frames (+ audio)               actions
     policy             observed frames (+ instruction)    actions and future frames, independent σ
+    action_policy      observed frames (+ instruction)    actions; future frames absent
     video              observed frames                    future frames; actions absent
 
 Proprioceptive state (when the batch has it) is clean conditioning at its own timestamps in forward
@@ -70,6 +71,24 @@ class ClipBatch:
     def has(self, modality: str) -> bool:
         return getattr(self, modality) is not None
 
+    def observed(self) -> ClipBatch:
+        """The clips cut after their observed frames: later video frames leave the sequence, audio
+        from the first of them on is marked invalid (actions and state are kept)."""
+        if not self.has("video") or self.obs_frames >= self.video.shape[2]:
+            return self
+        k = self.obs_frames
+        cut = replace(
+            self,
+            video=self.video[:, :, :k],
+            video_time=self.video_time[:, :k],
+            video_valid=None if self.video_valid is None else self.video_valid[:, :k],
+        )
+        if self.has("audio"):
+            t0 = self.video_time[:, k]
+            before = self.audio_time < t0[:, None] - 1e-6
+            cut.audio_valid = before if self.audio_valid is None else self.audio_valid & before
+        return cut
+
     def _map(self, fn) -> ClipBatch:
         """A copy with fn applied to every tensor field (ints such as obs_frames stay)."""
         return replace(
@@ -128,6 +147,7 @@ class TaskHead:
     needs: ClassVar[tuple[str, ...]] = ()  # modalities the batch must carry
     drops: ClassVar[tuple[str, ...]] = ()  # modalities left out of the sequence in this mode
     generates: ClassVar[tuple[str, ...]] = ()  # modalities with noised tokens (each gets its own σ)
+    future_frames: ClassVar[bool] = True  # False: the frames after the observed ones leave the sequence
 
     def __init__(self, per_frame_sigma: bool = False):
         self.per_frame_sigma = per_frame_sigma  # diffusion forcing: an independent σ per latent frame
@@ -149,6 +169,8 @@ class TaskHead:
             raise ValueError(
                 f"obs_frames={batch.obs_frames} is outside [0, {batch.video.shape[2]}] latent frames"
             )
+        if not self.future_frames and batch.obs_frames < 1:
+            raise ValueError(f"task {self.name!r} reads the observed frames: obs_frames must be >= 1, got 0")
 
     def _future(self, batch: ClipBatch) -> dict[str, Tensor]:
         """Frames after the observed ones, and the audio from their time on, are generated."""
@@ -178,6 +200,10 @@ class TaskHead:
         """The Generator input of this mode. latents overrides the clean latents (video as (B,C,T,H,W));
         sigma {modality: (B,) or (B, T)/(B, N)} gives noisy tokens their level (default 0)."""
         self.check(batch)
+        if not self.future_frames:
+            batch = batch.observed()
+            if "video" in (latents or {}):
+                latents = {**latents, "video": latents["video"][:, :, : batch.video.shape[2]]}
         latents, sigma, noisy = latents or {}, sigma or {}, self.noisy_masks(batch)
         out = {}
         if batch.has("video") and "video" not in self.drops:
@@ -288,7 +314,8 @@ class TaskHead:
         noise_scale: float = 1.0,
     ) -> dict[str, Tensor]:
         """Generate this mode's noised modalities. Returns {modality: latents} with video as
-        (B, C, T, H, W) (observed frames copied through), actions (B, Na, A), audio (B, Ns, Ca).
+        (B, C, T, H, W) (observed frames copied through; only those in a mode without future frames),
+        actions (B, Na, A), audio (B, Ns, Ca).
 
         prompt: the batch's instruction already reasoned (`batch.prompt().reasoned(model)`), when
         several requests share it; None runs the Reasoner on `batch.prompt()`."""
@@ -310,6 +337,7 @@ class TaskHead:
         for name in out:
             if name == "video":
                 _, c, t, h, w = batch.video.shape
+                t = t if self.future_frames else min(t, batch.obs_frames)
                 res[name] = unpatchify(out[name], (c, t, h, w), model.config.patch_size)
             else:
                 res[name] = out[name]

@@ -52,6 +52,20 @@ class Policy(TaskHead):
         return {**self._future(batch), "action": torch.ones_like(batch.action_time, dtype=torch.bool)}
 
 
+class ActionPolicy(TaskHead):
+    """Observed frames (+ the instruction in the Reasoner) → actions alone. The future frames are left
+    out of the sequence, so each denoising step runs on the observed tokens and the chunk: the fast
+    policy, at the price of no imagined frames (and no video loss to learn from)."""
+
+    name = "action_policy"
+    needs = ("video", "action")
+    generates = ("action",)
+    future_frames = False
+
+    def noisy_masks(self, batch: ClipBatch) -> dict[str, Tensor]:
+        return {"action": torch.ones_like(batch.action_time, dtype=torch.bool)}
+
+
 class VideoPrediction(TaskHead):
     """Action-free clips: observed frames → future frames; actions are left out of the sequence."""
 

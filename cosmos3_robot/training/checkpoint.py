@@ -225,7 +225,12 @@ def _model_config_json(snap: Snapshot) -> dict[str, Any]:
         snap.vit_config,
         snap.model_config.get("generator") is None,
         snap.model_state,
-        {"step": snap.step, "stage": snap.train_config.get("stage"), "data": snap.data_state},
+        {
+            "step": snap.step,
+            "stage": snap.train_config.get("stage"),
+            "data": snap.data_state,
+            "modes": (snap.train_config.get("generator") or {}).get("modes"),
+        },
     )
 
 

@@ -17,6 +17,7 @@ from cosmos3_robot.policies.runners import (
 )
 from cosmos3_robot.policies.world_model import WorldModel
 from cosmos3_robot.processors.data_state import DataState
+from cosmos3_robot.training.config import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +74,34 @@ def test_policy_queue_replans_every_execute_steps(world):
     assert all(((a >= lo) & (a <= hi)).all() for a in acts)
     with pytest.raises(ValueError, match="execute"):
         PolicyRunner(wm, execute=9)
+
+
+def test_a_policy_samples_the_mode_its_model_trained_and_refuses_one_it_did_not(world):
+    wm, _ = world
+    assert wm.trained_modes == TrainConfig().generator.modes  # the trainer's export records its mix
+    assert PolicyRunner(wm).mode == "policy"
+    with pytest.raises(ValueError, match="never trained in mode 'action_policy'"):
+        PolicyRunner(wm, mode="action_policy")
+    with pytest.raises(ValueError, match="choose one of policy, action_policy"):
+        PolicyRunner(wm, mode="video")
+    fast = WorldModel(wm.model, wm.vae, wm.data_state, modes={"policy": 0.0, "action_policy": 1.0})
+    runner = PolicyRunner(fast, execute=2, sampling=SamplingConfig(steps=2))
+    assert runner.mode == "action_policy"
+    tokens = []  # Generator tokens of each denoising step
+    denoise = fast.model.denoise_step
+    fast.model.denoise_step = lambda cache, gen, *a, **k: (
+        tokens.append(gen.length) or denoise(cache, gen, *a, **k)
+    )
+    pixels, task = np.zeros((32, 32, 3), np.uint8), "move the fingertip to the red target"
+    assert fast.model is wm.model  # one network: the policy mode's count comes from `wm`
+    PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2)).plan(pixels, task)
+    chunk = runner.plan(pixels, task)
+    del fast.model.denoise_step
+    assert chunk.shape == (4, 2) and np.isfinite(chunk).all()
+    assert runner.imagined_frames() is None  # it imagines no frames
+    g = fast.geometry
+    future = (g.latent_frames - 1) * (g.image_size // 32) ** 2  # merged tokens of the frames after the first
+    assert tokens[:2] == [tokens[0]] * 2 and tokens[2:] == [tokens[0] - future] * 2
 
 
 def test_policy_reasons_once_per_task_and_plans_as_if_it_reasoned_each_time(world, monkeypatch):

@@ -17,6 +17,7 @@ TABLE = {
     "forward_dynamics": {"obs_video": False, "future_video": True, "action": False},
     "inverse_dynamics": {"obs_video": False, "future_video": False, "action": True},
     "policy": {"obs_video": False, "future_video": True, "action": True},
+    "action_policy": {"obs_video": False, "future_video": None, "action": True},
     "video": {"obs_video": False, "future_video": True, "action": None},
 }
 
@@ -71,7 +72,10 @@ def test_clean_and_noised_tokens_match_design_table(task_name):
     per = 4  # 2x2 merged tokens per latent frame of 4x4
     vn = gen.video.noisy
     assert bool((vn[:, :per] == want["obs_video"]).all())
-    assert bool((vn[:, per:] == want["future_video"]).all())
+    if want["future_video"] is None:
+        assert gen.video.length == per  # the future frames are not in the sequence
+    else:
+        assert bool((vn[:, per:] == want["future_video"]).all())
     if want["action"] is None:
         assert gen.action is None
     else:
@@ -84,6 +88,9 @@ def test_audio_follows_the_generated_frames():
     # Audio from the first future frame (0.4 s) on is generated, before it is observed.
     assert torch.equal(fd.noisy[0], batch.audio_time[0] >= 0.4 - 1e-6)
     assert not make_task("inverse_dynamics").streams(batch).audio.noisy.any()
+    # Without future frames, their audio leaves the sequence with them (clean audio before 0.4 s stays).
+    ap = make_task("action_policy").streams(batch).audio
+    assert torch.equal(ap.valid[0], batch.audio_time[0] < 0.4 - 1e-6) and not ap.noisy.any()
 
 
 def test_loss_is_finite_and_trains_only_the_generator(task_name):
@@ -127,9 +134,10 @@ def test_sample_shapes(task_name):
     batch = make_batch(b=2)
     out = head.sample(model, batch, EulerSampler(), num_steps=2, generator=torch.Generator().manual_seed(0))
     if "video" in out:
-        assert out["video"].shape == batch.video.shape
+        frames = batch.video.shape[2] if head.future_frames else batch.obs_frames
+        assert out["video"].shape == batch.video[:, :, :frames].shape
         assert torch.equal(out["video"][:, :, :1], batch.video[:, :, :1])  # observed frame copied through
-    if task_name in ("inverse_dynamics", "policy"):
+    if task_name in ("inverse_dynamics", "policy", "action_policy"):
         assert out["action"].shape == batch.action.shape
     if task_name == "inverse_dynamics":
         assert torch.equal(out["video"], batch.video)  # nothing generated on the video side

@@ -104,8 +104,10 @@ def test_config_errors_are_clear(tmp_path, capsys):
         compose(["optim.nope=3"])
     with pytest.raises(ValueError, match="precision"):
         compose(["precision=fp8"])
-    with pytest.raises(ValueError, match="'dance'"):
+    with pytest.raises(ValueError, match="unknown modes \\['dance'\\]"):
         compose(["generator.modes={dance: 1.0}"])
+    # a mode the default mix lacks is accepted, and the given dict replaces the default whole
+    assert compose(["generator.modes={action_policy: 1}"]).generator.modes == {"action_policy": 1.0}
     with pytest.raises(ValueError, match="unknown modes"):
         TrainConfig(generator=dataclasses.replace(TrainConfig().generator, modes={"dance": 1.0}))
     for bad in ("0", "-1", "inf", "nan"):
