@@ -44,21 +44,23 @@ REPRODUCE_DATA ?= data/reproduce
 reproduce-reach: venv
 	bash benchmarks/recipes/reach_artefacts.sh $(REPRODUCE_DATA)
 
-# Issue 20 on Meta-World v3: ours (state estimator + policy; all modes and policy mode only) vs LeRobot
-# ACT at equal minutes, per task (MW_TASKS, default door-open-v3 button-press-topdown-v3; 100
-# demonstrations, 50 held-out seeds), about 75 minutes per task on 2 cores; resumable; the table:
-# benchmarks/collect_metaworld.py.
+# Issue 20 on Meta-World v3: ours (a state estimator + our policy, `ours-estimator`) vs LeRobot ACT and
+# Diffusion Policy at equal minutes per task (20 per arm; 100 demonstrations, 50 held-out seeds).
+# MW_TASKS: Meta-World task names (default: the variant's 13), MW_ARMS: the arms (default: all three);
+# about 55 minutes per task for ours and ACT on 2 cores; resumable; the table: $(MW_DATA)/table.md.
 MW_DATA ?= data/metaworld
 MW_TASKS ?=
+MW_ARMS ?=
+MW_BENCH = $(VENV)/bin/cosmos3-robot benchmark policies --variant metaworld --no-progress \
+	$(if $(MW_ARMS),--arms $(MW_ARMS))
 bench-metaworld: venv
-	bash benchmarks/recipes/metaworld.sh $(MW_DATA) $(MW_TASKS)
-	$(PY) benchmarks/collect_metaworld.py $(MW_DATA) --out $(MW_DATA)/results.json
+	$(MW_BENCH) --out $(MW_DATA) $(if $(MW_TASKS),--tasks $(addprefix cosmos3_robot/MetaWorld-,$(MW_TASKS)))
 
-# The same chain at toy size (5 demonstrations, 1 + 1 minutes of ours, 2 of ACT, 2 episodes of one task):
-# checks that every stage runs; its figures mean nothing.
+# The same chain at toy size (reach-v3, 5 demonstrations, 2 minutes per arm of which 1 for the
+# estimator, 2 episodes): checks that every stage runs; its figures mean nothing.
 bench-metaworld-smoke: venv
-	DEMOS=5 EPISODES=2 EST_MIN=1 POLICY_MIN=1 HOLDOUT=1 bash benchmarks/recipes/metaworld.sh $(MW_DATA)-smoke reach-v3
-	$(PY) benchmarks/collect_metaworld.py $(MW_DATA)-smoke --out $(MW_DATA)-smoke/results.json
+	$(MW_BENCH) --out $(MW_DATA)-smoke --tasks cosmos3_robot/MetaWorld-reach-v3 --demos 5 --episodes 2 \
+	  --minutes 2 --estimator-minutes 1 --estimator-holdout 1 $(if $(MW_ARMS),,--arms ours-estimator act)
 
 test: venv
 	$(PY) -m pytest -q

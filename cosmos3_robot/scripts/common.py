@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -209,3 +210,24 @@ def success_cell(summary: dict) -> str:
     """`eval.metrics.success_summary`'s dict as a table cell: '7/50 = 14% (7%-26%)'."""
     lo, hi = summary["wilson95"]
     return f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.0%} ({lo:.0%}-{hi:.0%})"
+
+
+def parse_modes(items: list[str]) -> dict[str, float]:
+    """`MODE=WEIGHT ...` -> generator.modes; an unknown mode or a bad weight refused."""
+    from cosmos3_robot.tasks import TASKS
+
+    modes = {}
+    for item in items:
+        name, sep, weight = item.partition("=")
+        try:
+            w = float(weight) if sep else float("nan")
+        except ValueError:
+            w = float("nan")
+        if name not in TASKS or not (math.isfinite(w) and w >= 0):
+            raise ValueError(
+                f"--modes {item!r}: give MODE=WEIGHT, MODE one of {', '.join(sorted(TASKS))}, WEIGHT >= 0"
+            )
+        modes[name] = w
+    if sum(modes.values()) <= 0:
+        raise ValueError(f"--modes {' '.join(items)}: at least one mode needs a positive weight")
+    return modes

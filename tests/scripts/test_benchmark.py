@@ -22,8 +22,19 @@ def error_line(capsys) -> str:
             "unknown task 'cosmos3_robot/MetaWorld-nope-v3'; known:",
         ),
         (["--minutes", "0.01"], "--minutes 0.01 is too small to train anything"),
-        (["--variant", "full"], "our arm needs a frozen video VAE: --vae FOLDER"),
+        (["--variant", "full"], "the `ours` arm needs a frozen video VAE: --vae FOLDER"),
         (["--dataset", "reach"], "--dataset 'reach': give ENV=ROOT with ENV one of the tasks"),
+        (["--modes", "dance=1"], "--modes 'dance=1': give MODE=WEIGHT, MODE one of action_policy,"),
+        (["--modes", "policy=-1"], "--modes 'policy=-1': give MODE=WEIGHT"),
+        (["--modes", "policy=0"], "at least one mode needs a positive weight"),
+        (
+            ["--variant", "metaworld", "--estimator-minutes", "20"],
+            "--estimator-minutes 20.0 of --minutes 20.0 leaves the ours-estimator arm's policy 0 minutes",
+        ),
+        (
+            ["--variant", "metaworld", "--demos", "10"],
+            "--demos 10: the ours-estimator arm holds 10 demonstrations out",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_any_work(tmp_path, capsys, argv, message):
@@ -85,16 +96,37 @@ def test_smoke_table_end_to_end_and_resumed(tmp_path, capsys):
     assert [r["episodes"] for r in again["rows"]] == [2, 2, 2]
 
 
-def test_the_metaworld_variant_names_avdcs_tasks_and_needs_a_vae(tmp_path, capsys):
+def test_the_metaworld_variant_names_avdcs_tasks_and_only_the_camera_arm_needs_a_vae(tmp_path, capsys):
     from cosmos3_robot.envs.metaworld import AVDC_TASKS, TASKS
     from cosmos3_robot.scripts.benchmark import VARIANTS
 
-    tasks = VARIANTS["metaworld"].tasks
-    assert tasks == [f"cosmos3_robot/MetaWorld-{t}" for t in TASKS]  # oracle: the registered suite
-    assert tasks[:11] == [f"cosmos3_robot/MetaWorld-{t}" for t in AVDC_TASKS]
+    v = VARIANTS["metaworld"]
+    assert v.tasks == [f"cosmos3_robot/MetaWorld-{t}" for t in TASKS]  # oracle: the registered suite
+    assert v.tasks[:11] == [f"cosmos3_robot/MetaWorld-{t}" for t in AVDC_TASKS]
+    assert v.arms == ("ours-estimator", "act", "diffusion")  # perception through the estimator: no VAE
     out = tmp_path / "bench"
-    assert main(["benchmark", "policies", "--variant", "metaworld", "--out", str(out)]) == 2
-    assert "our arm needs a frozen video VAE" in error_line(capsys)
+    assert main(["benchmark", "policies", "--variant", "metaworld", "--arms", "ours", "--out", str(out)]) == 2
+    assert "the `ours` arm needs a frozen video VAE" in error_line(capsys)
+
+
+@pytest.mark.slow
+def test_the_estimator_arm_end_to_end(tmp_path):
+    """ours-estimator on 3 recorded Reach demonstrations: the estimator trains on 2 and is scored on the
+    third, the policy reads the 4-D joint state + the 6-D scene state, and the rollout reads the scene
+    state off the frame."""
+    out = tmp_path / "bench"
+    argv = ["benchmark", "policies", "--out", str(out), "--arms", "ours-estimator", "--demos", "3",
+            "--episodes", "1", "--minutes", "0.5", "--estimator-minutes", "0.25", "--modes", "action_policy=1",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    (r,) = json.loads((out / "results.json").read_text())["rows"]
+    assert r["arm"] == "ours-estimator" and r["episodes"] == 1 and r["estimator_steps"] >= 1
+    assert r["train_steps"] >= 1 and 25 <= r["train_seconds"] < 90  # estimator + policy: one budget
+    run = out / "reach-v0" / "ours-estimator"
+    rollout = json.loads((run / "rollout" / "results.json").read_text())
+    assert rollout["config"]["estimator"] == str(run / "estimator" / "estimator")
+    model = json.loads((run / "policy" / "model" / "config.json").read_text())
+    assert model["meta"]["modes"] == {"action_policy": 1.0} and model["model"]["state_dim"] == 4 + 6
 
 
 def test_an_option_before_another_tables_name_is_refused_not_run_as_policies(tmp_path, capsys):
