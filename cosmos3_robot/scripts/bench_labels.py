@@ -172,7 +172,7 @@ def run_task(args: argparse.Namespace, v: Variant, labelled: int, task: str, pro
         record_dataset(
             task, folder / name, n, noise=v.noise, seed=seed, image_size=v.image_size, progress=progress
         )
-    state_dim = check_fits_env(folder / "policy", task, v.image_size)
+    state_dim = check_fits_env(folder / "policy", task, v.image_size)["observation.state"]
     print(f"[{task}] training the labeller ({args.labeller}) for {v.minutes} min ...", flush=True)
     labeller, use, mean = train_labeller(args, v, folder, progress)
     print(f"[{task}] labelling the policy set ...", flush=True)

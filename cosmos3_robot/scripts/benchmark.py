@@ -217,9 +217,9 @@ def write_table(out: Path, text: str) -> None:
     print(f"results: {out / 'results.json'}")
 
 
-def check_fits_env(root: Path, env_id: str, image_size: int, needs: tuple[str, ...] = ()) -> int:
-    """The dataset's state width, after checking that its actions and frames fit the env (and that it
-    has the features `needs`)."""
+def check_fits_env(root: Path, env_id: str, image_size: int, needs: tuple[str, ...] = ()) -> dict[str, int]:
+    """The widths of the dataset's observation.state and of the features `needs`, after checking that it
+    has them and that its actions and frames fit the env."""
     from cosmos3_robot.datasets import open_lerobot_metadata
     from cosmos3_robot.envs import make_env
     from cosmos3_robot.training.data.common import square_image_size
@@ -246,19 +246,12 @@ def check_fits_env(root: Path, env_id: str, image_size: int, needs: tuple[str, .
             f"dataset {root}: frames are {size}x{size} px, the variant trains on {image_size} px; record "
             f"the dataset at --image-size {image_size}"
         )
-    return sum(int(math.prod(meta.features[k]["shape"])) for k in ("observation.state", *needs))
+    return {k: int(math.prod(meta.features[k]["shape"])) for k in ("observation.state", *needs)}
 
 
 def dataset_needs(v: Variant) -> tuple[str, ...]:
     """Features beyond camera, state and action that the variant's arms train on."""
     return ("observation.environment_state",) if "ours-estimator" in v.arms else ()
-
-
-def width(root: Path, key: str) -> int:
-    """The vector width of a LeRobot dataset's feature."""
-    from cosmos3_robot.datasets import open_lerobot_metadata
-
-    return int(math.prod(open_lerobot_metadata(None, root).features[key]["shape"]))
 
 
 def slug(task: str) -> str:
@@ -391,18 +384,19 @@ def main(argv: list[str] | None = None) -> int:
 
     v, datasets = resolve(args)  # refuse bad input before any work
     needs = dataset_needs(v)
-    state_dims = {task: check_fits_env(root, task, v.image_size, needs) for task, root in datasets.items()}
+    widths = {task: check_fits_env(root, task, v.image_size, needs) for task, root in datasets.items()}
     with exclusive_lock(args.out, "benchmark"):
-        return run_benchmark(args, v, datasets, state_dims)
+        return run_benchmark(args, v, datasets, widths)
 
 
 def run_benchmark(
-    args: argparse.Namespace, v: Variant, datasets: dict[str, Path], state_dims: dict[str, int]
+    args: argparse.Namespace, v: Variant, datasets: dict[str, Path], widths: dict[str, dict[str, int]]
 ) -> int:
     from cosmos3_robot.envs.record import record_dataset
 
     apply_threads(args.threads)
     progress = not args.no_progress
+    needs = dataset_needs(v)
     config = {"table": args.table, "variant": dataclasses.asdict(v) | {"episodes": None},
               "vae": None if args.vae is None else str(args.vae.resolve()),
               "datasets": {k: str(p.resolve()) for k, p in datasets.items()}}  # fmt: skip
@@ -417,20 +411,16 @@ def run_benchmark(
             record_dataset(
                 task, data, v.demos, noise=v.noise, seed=0, image_size=v.image_size, progress=progress
             )
-        needs = dataset_needs(v)
-        state_dim = (
-            state_dims[task] if task in state_dims else check_fits_env(data, task, v.image_size, needs)
-        )
+        width = widths[task] if task in widths else check_fits_env(data, task, v.image_size, needs)
         for arm in v.arms:
             run = folder / arm
             print(f"[{task}] {arm}: training for {v.minutes} min ...", flush=True)
             cache = args.latent_cache or args.out / "latents"
             if arm == "ours":
-                robot = state_dim - sum(width(data, k) for k in needs)  # the proprioceptive part alone
-                train = train_ours(v, data, run, args.vae, robot, cache, progress)
+                train = train_ours(v, data, run, args.vae, width["observation.state"], cache, progress)
             elif arm == "ours-estimator":  # another VAE (a random one): its latents cached apart
                 train = train_ours_estimator(
-                    v, data, run, state_dim, cache.with_name(cache.name + "-random"), progress
+                    v, data, run, sum(width.values()), cache.with_name(cache.name + "-random"), progress
                 )
             else:
                 train = train_lerobot(arm, v, data, run, progress)

@@ -128,12 +128,13 @@ def compose(overrides: list[str]) -> TrainConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="train"):
             raw = hydra_compose(config_name="train", overrides=rest)
         raw = OmegaConf.masked_copy(raw, [k for k in raw if k != "hydra"]) if "hydra" in raw else raw
+        OmegaConf.set_struct(raw, False)
         for item in replaced:
             key, text = item.split("=", 1)
-            value = OmegaConf.create({"v": _parse_value(text)})["v"]
-            OmegaConf.set_struct(raw, False)
-            OmegaConf.update(raw, key.lstrip("+"), value, merge=False)
-            OmegaConf.set_struct(raw, True)
+            OmegaConf.update(
+                raw, key.lstrip("+"), OmegaConf.create({"v": _parse_value(text)})["v"], merge=False
+            )
+        OmegaConf.set_struct(raw, True)
         return OmegaConf.to_object(raw)
     except (HydraException, OmegaConfBaseException) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

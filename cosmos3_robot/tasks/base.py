@@ -172,6 +172,11 @@ class TaskHead:
         if not self.future_frames and batch.obs_frames < 1:
             raise ValueError(f"task {self.name!r} reads the observed frames: obs_frames must be >= 1, got 0")
 
+    def in_sequence(self, batch: ClipBatch) -> ClipBatch:
+        """The part of the clips this mode puts in the Generator sequence: all of it, or the observed
+        frames alone in a mode without future frames."""
+        return batch if self.future_frames else batch.observed()
+
     def _future(self, batch: ClipBatch) -> dict[str, Tensor]:
         """Frames after the observed ones, and the audio from their time on, are generated."""
         m = {"video": self._future_video(batch)}
@@ -200,10 +205,9 @@ class TaskHead:
         """The Generator input of this mode. latents overrides the clean latents (video as (B,C,T,H,W));
         sigma {modality: (B,) or (B, T)/(B, N)} gives noisy tokens their level (default 0)."""
         self.check(batch)
-        if not self.future_frames:
-            batch = batch.observed()
-            if "video" in (latents or {}):
-                latents = {**latents, "video": latents["video"][:, :, : batch.video.shape[2]]}
+        batch = self.in_sequence(batch)
+        if not self.future_frames and "video" in (latents or {}):
+            latents = {**latents, "video": latents["video"][:, :, : batch.video.shape[2]]}
         latents, sigma, noisy = latents or {}, sigma or {}, self.noisy_masks(batch)
         out = {}
         if batch.has("video") and "video" not in self.drops:
@@ -336,8 +340,7 @@ class TaskHead:
         res = {}
         for name in out:
             if name == "video":
-                _, c, t, h, w = batch.video.shape
-                t = t if self.future_frames else min(t, batch.obs_frames)
+                _, c, t, h, w = self.in_sequence(batch).video.shape
                 res[name] = unpatchify(out[name], (c, t, h, w), model.config.patch_size)
             else:
                 res[name] = out[name]
