@@ -2,8 +2,11 @@
 
     env = make_env("cosmos3_robot/MetaWorld-door-open-v3", image_size=128)   # 10 Hz, corner2 camera
 
-Each env is Meta-World's MT1 benchmark of one task (`gymnasium.make("Meta-World/MT1", ...)`): a reset
-with seed s picks one of the task's 50 goal variations from s. Our contract on top of it
+Each env is Meta-World's MT1 benchmark of one task (`gymnasium.make("Meta-World/MT1", ...)`), with
+its object and goal positions drawn at each reset from the reset seed, the way Meta-World draws
+them (`seeded_rand_vec`): a seed names the same episode in every process, and distinct seeds give
+distinct episodes. (MT1's own 50 goal variations are drawn once per env instance from an unseeded
+global RNG, so a seed picked a different episode in every process.) Our contract on top of it
 (`envs/base.py`):
 
     obs = {"pixels": (H, W, 3) uint8 upright,       Meta-World renders upside down: flipped here
@@ -13,8 +16,14 @@ with seed s picks one of the task's 50 goal variations from s. Our contract on t
 
 Meta-World steps at 80 Hz (timestep 2.5 ms, 5 substeps); one of our steps holds the action for
 80 / control_hz of them (10 Hz: 8), so a recorded episode is at the rate our models use. Its
-500-step limit becomes 500 / repeat of our steps. The scripted experts are Meta-World's own
-(`metaworld.policies.ENV_POLICY_MAP`), held for the same repeat (`MetaWorldExpert`).
+500-step limit becomes 500 / repeat of our steps.
+
+The scripted experts are Meta-World's own (`metaworld.policies.ENV_POLICY_MAP`): proportional
+controllers tuned for 80 Hz (gains up to 25 per m, the arm's mocap moving action / 100 m per native
+step). Held for 8 native steps their loop gain is 8x larger and some oscillate (handle-press reaches
+the handle by chance, after 2 to 62 of our steps). `native_plan` runs the expert at 80 Hz through the
+coming step on a snapshot of the simulation and returns its actions; `MetaWorldExpert` holds their
+mean, which moves the mocap exactly as far as the 80 Hz expert would have.
 """
 
 from __future__ import annotations
@@ -94,22 +103,22 @@ class MetaWorldEnv(gym.Env):
         })  # fmt: skip
         self.action_space = spaces.Box(-1.0, 1.0, (self.ACTION_DIM,), np.float32)
         self.task = self.task_description = TASKS[task]
-        # MT1 draws the goal variation before it reseeds, so that draw would ignore the reset seed:
-        # it is made here instead, from the seed.
-        self.variations = find_wrapper(self.inner, "RandomTaskSelectWrapper")
-        self.variations.toggle_sample_tasks_on_reset(False)
-        self.variation = -1
+        # One of MT1's tasks sets the task's fixed parameters; each reset then draws the positions
+        # from Meta-World's own seeded RNG instead of using that task's frozen ones.
+        variations = find_wrapper(self.inner, "RandomTaskSelectWrapper")
+        variations.toggle_sample_tasks_on_reset(False)
+        u = self.inner.unwrapped
+        u.set_task(variations.tasks[0])
+        u._freeze_rand_vec, u.seeded_rand_vec = False, True
         self.raw_obs: np.ndarray | None = None  # Meta-World's 39-D observation (the expert reads it)
         self._steps = 0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        tasks = self.variations.tasks
-        self.variation = int(self.np_random.integers(len(tasks)))
-        self.inner.unwrapped.set_task(tasks[self.variation])
-        self.raw_obs, _ = self.inner.reset(seed=seed)
+        self.inner.unwrapped.seed(int(self.np_random.integers(2**31)))  # its reset ignores `seed`
+        self.raw_obs, _ = self.inner.reset()
         self._steps = 0
-        return self._observation(), {"is_success": False, "task": self.task, "variation": self.variation}
+        return self._observation(), {"is_success": False, "task": self.task}
 
     def step(self, action):
         action = np.clip(np.asarray(action, dtype=np.float64).reshape(self.ACTION_DIM), -1.0, 1.0)
@@ -124,6 +133,33 @@ class MetaWorldEnv(gym.Env):
         self._steps += 1
         truncated = (self._steps >= self.max_steps or ended) and not success
         return self._observation(), reward, success, truncated, {"is_success": success, "task": self.task}
+
+    def native_plan(self, controller) -> np.ndarray:
+        """The actions (repeat, 4), clipped to [-1, 1], that `controller` (Meta-World's 39-D
+        observation -> action) takes at Meta-World's own rate through our next step, simulated on a
+        snapshot of the physics that is then restored (the next `step` is unchanged by this call)."""
+        import mujoco
+
+        u = self.inner.unwrapped
+        kind = mujoco.mjtState.mjSTATE_INTEGRATION
+        physics = np.empty(mujoco.mj_stateSize(u.model, kind))
+        mujoco.mj_getState(u.model, u.data, physics, kind)
+        prev_obs = u._prev_obs.copy()  # _get_obs shifts it: Meta-World's frame stacking
+        space = u.sawyer_observation_space
+        obs, actions = self.raw_obs, []
+        try:
+            for _ in range(self.repeat):
+                a = np.clip(np.asarray(controller(obs), dtype=np.float64), -1.0, 1.0)
+                actions.append(a)
+                u.set_xyz_action(a[:3])
+                u.do_simulation([a[-1], -a[-1]], n_frames=u.frame_skip)
+                mujoco.mj_forward(u.model, u.data)
+                obs = np.clip(u._get_obs(), space.low, space.high)
+        finally:
+            mujoco.mj_setState(u.model, u.data, physics, kind)
+            mujoco.mj_forward(u.model, u.data)
+            u._prev_obs = prev_obs
+        return np.stack(actions)
 
     def render(self):
         return np.ascontiguousarray(self.inner.render()[::-1])  # upright: row 0 is the top
