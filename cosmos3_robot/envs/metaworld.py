@@ -23,7 +23,9 @@ controllers tuned for 80 Hz (gains up to 25 per m, the arm's mocap moving action
 step). Held for 8 native steps their loop gain is 8x larger and some oscillate (handle-press reaches
 the handle by chance, after 2 to 62 of our steps). `native_plan` runs the expert at 80 Hz through the
 coming step on a snapshot of the simulation and returns its actions; `MetaWorldExpert` holds their
-mean, which moves the mocap exactly as far as the 80 Hz expert would have.
+mean, which moves the mocap as far as the 80 Hz expert would have (exactly, unless the mocap's
+workspace bound clips some of those actions; the gripper, a position actuator, gets the mean
+opening target where the expert would switch it mid-step).
 """
 
 from __future__ import annotations
@@ -138,6 +140,8 @@ class MetaWorldEnv(gym.Env):
         """The actions (repeat, 4), clipped to [-1, 1], that `controller` (Meta-World's 39-D
         observation -> action) takes at Meta-World's own rate through our next step, simulated on a
         snapshot of the physics that is then restored (the next `step` is unchanged by this call)."""
+        if self.raw_obs is None:
+            raise RuntimeError("native_plan before reset: reset the env first")
         import mujoco
 
         u = self.inner.unwrapped

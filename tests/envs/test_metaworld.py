@@ -84,13 +84,21 @@ def test_the_scripted_expert_succeeds_at_10_hz(task):
 
 
 def test_native_plan_leaves_the_simulation_as_it_found_it():
-    """The expert's look-ahead runs on a snapshot: the step after it is the step without it."""
+    """The expert's look-ahead runs on a snapshot: the step after it is the step without it, here
+    mid-grasp (basketball: the fingers on the ball after 5 expert steps, contacts active)."""
     from metaworld.policies import ENV_POLICY_MAP
 
-    envs = [make_env("cosmos3_robot/MetaWorld-handle-press-v3", image_size=32) for _ in range(2)]
+    envs = [make_env("cosmos3_robot/MetaWorld-basketball-v3", image_size=32) for _ in range(2)]
     for env in envs:
         env.reset(seed=5)
-    plan = envs[0].unwrapped.native_plan(ENV_POLICY_MAP["handle-press-v3"]().get_action)
+    expert = make_expert(envs[0], noise=0.0)
+    for _ in range(5):
+        a = expert.act()
+        for env in envs:
+            env.step(a)
+    u = envs[0].unwrapped.inner.unwrapped
+    assert u.data.ncon > 0
+    plan = envs[0].unwrapped.native_plan(ENV_POLICY_MAP["basketball-v3"]().get_action)
     assert plan.shape == (8, 4) and np.abs(plan).max() <= 1.0
     a = np.array([0.3, -0.2, 0.5, -1.0], dtype=np.float32)
     (obs0, r0, *_), (obs1, r1, *_) = (env.step(a) for env in envs)
@@ -103,7 +111,9 @@ def test_native_plan_leaves_the_simulation_as_it_found_it():
 
 def test_holding_the_mean_of_the_native_plan_moves_the_mocap_as_80_hz_control_does():
     """Meta-World moves the arm's mocap by clip(action) / 100 per native step, so the mean of the
-    (clipped) 80 Hz actions held for the 8 native steps of one of ours ends where they end."""
+    (clipped) 80 Hz actions held for the 8 native steps of one of ours ends where they end; and the
+    plan is the closed-loop 80 Hz expert: replayed open loop on Meta-World's own env, each of its
+    actions is what the expert says at that native step."""
     from metaworld.policies import ENV_POLICY_MAP
 
     envs = [make_env("cosmos3_robot/MetaWorld-handle-press-v3", image_size=32) for _ in range(2)]
@@ -113,8 +123,11 @@ def test_holding_the_mean_of_the_native_plan_moves_the_mocap_as_80_hz_control_do
     expert = ENV_POLICY_MAP["handle-press-v3"]()
     plan = native.native_plan(expert.get_action)
     start = native.raw_obs[:3].copy()
+    raw = native.raw_obs
     for a in plan:  # the 80 Hz run itself, through Meta-World's own env
-        hand = native.inner.step(a)[0][:3]
+        np.testing.assert_allclose(a, np.clip(expert.get_action(raw), -1, 1), atol=1e-9)
+        raw = native.inner.step(a)[0]
+        hand = raw[:3]
     held.step(plan.mean(axis=0))
     mocap = [e.inner.unwrapped.data.mocap_pos.copy() for e in (native, held)]
     np.testing.assert_allclose(mocap[1], mocap[0], atol=1e-12)
