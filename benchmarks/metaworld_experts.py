@@ -1,11 +1,14 @@
-"""Meta-World's scripted experts at our 10 Hz, run at their own 80 Hz (`native_plan`, the default)
-against held for the step (`native_rate=False`): success and episode length per task, noise-free,
-on the same seeds.
+"""Meta-World's scripted experts at our 10 Hz, run at their own 80 Hz (`native_plan`, the default;
+arm `native`) against held for the step (`native_rate=False`; arm `held`), and the reference they
+are both measured against: the expert in Meta-World's own env at 80 Hz, nothing held (arm `own`;
+the same episodes, 8 native steps per step of ours). Success and episode length per task,
+noise-free, on the same seeds. `--arms` runs some arms and merges them into an existing `--out`.
 
-    python benchmarks/metaworld_experts.py --episodes 20 --out benchmarks/results/metaworld/experts.json
+    python benchmarks/metaworld_experts.py --episodes 50 --out benchmarks/results/metaworld/experts.json
 """
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -21,22 +24,49 @@ from cosmos3_robot.eval.metrics import success_summary  # noqa: E402
 from cosmos3_robot.files import write_json_atomic  # noqa: E402
 from cosmos3_robot.scripts.common import commit  # noqa: E402
 
+ARMS = ("held", "native", "own")
 p = argparse.ArgumentParser()
 p.add_argument("--episodes", type=int, default=20)
 p.add_argument("--seed", type=int, default=0, help="episode i resets with seed + i")
 p.add_argument("--tasks", nargs="+", default=list(TASKS))
 p.add_argument("--out", type=Path, default=Path("benchmarks/results/metaworld/experts.json"))
+p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
 a = p.parse_args()
-result = {"command": " ".join(sys.argv), "commit": commit(), "seeds": [a.seed, a.seed + a.episodes - 1],
-          "tasks": {}}  # fmt: skip
+run = {"command": " ".join(sys.argv), "commit": commit(), "seeds": [a.seed, a.seed + a.episodes - 1]}
+result = {**run, "tasks": {}}
+if a.out.exists() and set(a.arms) != set(ARMS):  # merge into the earlier run's table
+    result = json.loads(a.out.read_text())
+    if result["seeds"] != run["seeds"]:
+        raise SystemExit(f"{a.out} holds seeds {result['seeds']}, not {run['seeds']}: give another --out")
+    result.setdefault("runs", []).append(run)
+
+
+def own_episode(env, policy) -> tuple[bool, int]:
+    """The expert at 80 Hz in Meta-World's own env for at most our step limit; (success, our steps)."""
+    u = env.unwrapped
+    raw, limit = u.raw_obs, u.max_steps
+    for t in range(limit * u.repeat):
+        raw, _, term, trunc, info = u.inner.step(np.clip(policy.get_action(raw), -1, 1))
+        if info["success"]:
+            return True, t // u.repeat + 1
+        if term or trunc:
+            break
+    return False, limit
+
+
 for task in a.tasks:
     env = make_env(env_id(task), image_size=32)
-    row = {}
-    for name, native in (("held", False), ("native", True)):
-        expert = MetaWorldExpert(env, native_rate=native)
+    row = result["tasks"].get(task, {})
+    for name in a.arms:
+        expert = MetaWorldExpert(env, native_rate=name == "native")
         wins, steps, t0 = [], [], time.perf_counter()
         for i in range(a.episodes):
             obs, _ = env.reset(seed=a.seed + i)
+            if name == "own":
+                won, n = own_episode(env, expert.policy)
+                wins.append(won)
+                steps.append(n)
+                continue
             done, n = False, 0
             while not done:
                 obs, _, term, trunc, info = env.step(expert.act(obs))
