@@ -41,12 +41,21 @@ if a.out.exists() and set(a.arms) != set(ARMS):  # merge into the earlier run's 
     result.setdefault("runs", []).append(run)
 
 
-def own_episode(env, policy) -> tuple[bool, int]:
+def our_episode(env, expert: MetaWorldExpert) -> tuple[bool, int]:
+    """The expert through our env at 10 Hz (it reads the env's state); (success, our steps)."""
+    done, n = False, 0
+    while not done:
+        _, _, term, trunc, info = env.step(expert.act())
+        done, n = term or trunc, n + 1
+    return bool(info["is_success"]), n
+
+
+def own_episode(env, expert: MetaWorldExpert) -> tuple[bool, int]:
     """The expert at 80 Hz in Meta-World's own env for at most our step limit; (success, our steps)."""
     u = env.unwrapped
     raw, limit = u.raw_obs, u.max_steps
     for t in range(limit * u.repeat):
-        raw, _, term, trunc, info = u.inner.step(np.clip(policy.get_action(raw), -1, 1))
+        raw, _, term, trunc, info = u.inner.step(np.clip(expert.policy.get_action(raw), -1, 1))
         if info["success"]:
             return True, t // u.repeat + 1
         if term or trunc:
@@ -60,18 +69,11 @@ for task in a.tasks:
     for name in a.arms:
         expert = MetaWorldExpert(env, native_rate=name == "native")
         wins, steps, t0 = [], [], time.perf_counter()
+        episode = own_episode if name == "own" else our_episode
         for i in range(a.episodes):
-            obs, _ = env.reset(seed=a.seed + i)
-            if name == "own":
-                won, n = own_episode(env, expert.policy)
-                wins.append(won)
-                steps.append(n)
-                continue
-            done, n = False, 0
-            while not done:
-                obs, _, term, trunc, info = env.step(expert.act(obs))
-                done, n = term or trunc, n + 1
-            wins.append(bool(info["is_success"]))
+            env.reset(seed=a.seed + i)
+            won, n = episode(env, expert)
+            wins.append(won)
             steps.append(n)
         row[name] = {**success_summary(wins), "steps": {"min": min(steps), "median": float(np.median(steps)),
                      "max": max(steps)}, "seconds": time.perf_counter() - t0}  # fmt: skip

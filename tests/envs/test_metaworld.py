@@ -86,8 +86,6 @@ def test_the_scripted_expert_succeeds_at_10_hz(task):
 def test_native_plan_leaves_the_simulation_as_it_found_it():
     """The expert's look-ahead runs on a snapshot: the step after it is the step without it, here
     mid-grasp (basketball: the fingers on the ball after 5 expert steps, contacts active)."""
-    from metaworld.policies import ENV_POLICY_MAP
-
     envs = [make_env("cosmos3_robot/MetaWorld-basketball-v3", image_size=32) for _ in range(2)]
     for env in envs:
         env.reset(seed=5)
@@ -98,7 +96,7 @@ def test_native_plan_leaves_the_simulation_as_it_found_it():
             env.step(a)
     u = envs[0].unwrapped.inner.unwrapped
     assert u.data.ncon > 0
-    plan = envs[0].unwrapped.native_plan(ENV_POLICY_MAP["basketball-v3"]().get_action)
+    plan = envs[0].unwrapped.native_plan(expert.policy.get_action)
     assert plan.shape == (8, 4) and np.abs(plan).max() <= 1.0
     a = np.array([0.3, -0.2, 0.5, -1.0], dtype=np.float32)
     (obs0, r0, *_), (obs1, r1, *_) = (env.step(a) for env in envs)
