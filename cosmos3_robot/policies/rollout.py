@@ -5,14 +5,17 @@
         print(ep.seed, ep.success, ep.steps)
 
 A policy is anything with `reset()`, `act(obs, task) -> action` and, optionally, `seed(env_seed)`
-(called after `reset()`) and `chunks`: what it planned at each re-plan (the step it planned at,
-the latency, and the future frames it imagined).
+(called after `reset()`), `prepare(task)` (called once the episode's instruction is known, before the
+first action; timed on its own as the episode's `setup_ms`, not as part of the first chunk's latency)
+and `chunks`: what it planned at each re-plan (the step it planned at, the latency, and the future
+frames it imagined).
 `WorldModelPolicy` (our model) and `LeRobotPolicy` (a LeRobot checkpoint: ACT, Diffusion Policy)
 both fit, so baselines and our model are rolled out by the same code.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -52,6 +55,7 @@ class Episode:
     frames: np.ndarray  # uint8 (steps + 1, H, W, 3): the observation before each step, then the last
     actions: np.ndarray  # (steps, A)
     chunks: list[Chunk] = field(default_factory=list)
+    setup_ms: float | None = None  # the policy's `prepare(task)`, None for a policy without one
 
     def chunk_errors(self) -> list[dict]:
         """Per re-plan: PSNR of the imagined future frames against the realised ones (those the
@@ -92,6 +96,11 @@ class WorldModelPolicy:
         self.runner.reset()
         self.chunks, self._step = [], 0
 
+    def prepare(self, task: str) -> None:
+        """The instruction's Reasoner pass, once per episode before the first observation is acted on
+        (a model that shows its Reasoner the frame runs its pass in every plan instead)."""
+        self.runner.prepare(task)
+
     def act(self, obs: dict, task: str) -> np.ndarray:
         planning = self.runner.needs_plan()
         action = self.runner.act(obs, task)
@@ -113,6 +122,11 @@ def run_episode(env, policy: Policy, seed: int) -> Episode:
     obs, info = env.reset(seed=seed)
     start_episode(policy, seed)
     task = env.unwrapped.task
+    setup_ms = None
+    if callable(getattr(policy, "prepare", None)):
+        t0 = time.perf_counter()
+        policy.prepare(task)
+        setup_ms = (time.perf_counter() - t0) * 1e3
     frames, actions = [obs["pixels"]], []
     done, success, ret = False, False, 0.0
     while not done:
@@ -137,6 +151,7 @@ def run_episode(env, policy: Policy, seed: int) -> Episode:
         frames=np.stack(frames),
         actions=np.stack(actions),
         chunks=list(getattr(policy, "chunks", [])),
+        setup_ms=setup_ms,
     )
 
 

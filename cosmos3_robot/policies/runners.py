@@ -141,12 +141,23 @@ class PolicyRunner:
         self.t += 1
         return np.asarray(action, dtype=np.float32)
 
+    def prepare(self, task: str) -> ReasonedPrompt | None:
+        """The instruction's Reasoner pass, run once per task (until `reset` or another task) and
+        reused by every plan under it; None for a model that shows its Reasoner the frame (each plan
+        then runs its own pass). Called before the first observation is acted on, the pass is not
+        part of the first plan's latency (`WorldModelPolicy.prepare` times it on its own)."""
+        if self.world.reads_frames:
+            return None
+        if self._reasoned is None or self._reasoned[0] != task:
+            self._reasoned = (task, self.world.reasoned_text(task))
+        return self._reasoned[1]
+
     def plan(self, pixels: np.ndarray, task: str, state: np.ndarray | None = None) -> np.ndarray:
         """One frame (H, W, 3) uint8 (+ the state (S,) at it, for a state-conditioned model) -> an
         action chunk (Na, A) in env units.
 
-        The Reasoner reads only the task text, so it runs on the first plan of a task and its
-        cache serves the following plans (until `reset` or another task)."""
+        The Reasoner reads only the task text, so it runs once per task (`prepare`, here on the
+        first plan unless called before) and its cache serves the following plans."""
         self.world.require_state(state, "a policy plan")
         frames = torch.as_tensor(np.ascontiguousarray(pixels))[None, None]  # (1, 1, H, W, 3)
         state = None if state is None else np.asarray(state)[None]
@@ -156,9 +167,7 @@ class PolicyRunner:
         if self.world.reads_frames:  # the Reasoner reads this frame: its pass is this plan's own
             reasoned = self.world.reasoned(batch)
         else:
-            if self._reasoned is None or self._reasoned[0] != task:
-                self._reasoned = (task, self.world.reasoned(batch))
-            reasoned = self._reasoned[1]
+            reasoned = self.prepare(task)
         out = sample_mode(self.world, self.mode, batch, self.sampling, self.generator, reasoned)
         self._last_video = out["video"] if self.mode == "policy" else None
         actions = self.world.raw_actions(out["action"])[0]

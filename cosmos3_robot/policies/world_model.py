@@ -29,7 +29,7 @@ from cosmos3_robot.processors.geometry import ClipGeometry
 from cosmos3_robot.processors.normalize import key_parts
 from cosmos3_robot.processors.tokenizers import load_tokenizer
 from cosmos3_robot.tasks import ClipBatch
-from cosmos3_robot.tasks.sampling import ReasonedPrompt
+from cosmos3_robot.tasks.sampling import Prompt, ReasonedPrompt
 
 POLICY_MODES = ("policy", "action_policy")  # the task heads a closed-loop policy can sample
 
@@ -119,6 +119,16 @@ class WorldModel:
         if name not in LINEAR_DTYPES:
             raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
         pack_for_cpu(self.model, LINEAR_DTYPES[name])
+
+    def compile_generator(self, name: str = "fp32") -> None:
+        """Run the Generator tower compiled by `torch.compile`, its products in `name` ("fp32" or
+        "bf16"; `infra/compiled.py`): inference only, the weights frozen into the compiled program."""
+        from cosmos3_robot.infra.compiled import compile_generator
+        from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES
+
+        if name not in LINEAR_DTYPES:
+            raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
+        compile_generator(self.model, LINEAR_DTYPES[name])
 
     @property
     def policy_mode(self) -> str:
@@ -260,6 +270,17 @@ class WorldModel:
     def reasoned(self, batch: ClipBatch) -> ReasonedPrompt:
         """The batch's Reasoner pass (its frames through the ViT, if shown), for one or more requests."""
         return batch.prompt(self.model, self.vit).reasoned(self.model)
+
+    def reasoned_text(self, task: str) -> ReasonedPrompt:
+        """The Reasoner pass of one instruction alone, before any frame is seen: what `reasoned` gives
+        for a batch of that task, for a model whose Reasoner reads only the text."""
+        if self.reads_frames:
+            raise ValueError(
+                "this model shows its Reasoner the observed frame: its Reasoner pass needs the frame "
+                "(use reasoned(clip_batch(..., frames=...)))"
+            )
+        ids, lengths = self.prompt([task])
+        return Prompt(ids, lengths).reasoned(self.model)
 
     @property
     def needs_state(self) -> bool:

@@ -340,6 +340,7 @@ def row(task: str, arm: str, train: dict, res: dict) -> dict:
         "task": task, "arm": arm, "episodes": res["episodes"], "successes": res["successes"],
         "success_rate": res["success_rate"], "wilson95": res["wilson95"],
         "latency_p50_ms": lat["p50_ms"], "latency_p95_ms": lat["p95_ms"],
+        "setup_p50_ms": (res.get("setup_per_episode") or {}).get("p50_ms"),
         "train_steps": train.get("steps"), "train_seconds": train.get("train_seconds"),
         "eval_seeds": [EVAL_SEED, EVAL_SEED + res["episodes"] - 1],
         **{k: train[k] for k in ("estimator_steps", "estimator_held_out_mae") if k in train},

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from cosmos3_robot.infra.compiled import compiler_available
 from cosmos3_robot.policies.runners import (
     InverseDynamicsLabeller,
     LearnedSimulator,
@@ -56,6 +57,28 @@ def test_bf16_products_plan_close_to_fp32_and_bad_names_are_refused(tiny_world):
     np.testing.assert_allclose(plan(), fp32, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="must be one of fp32, bf16"):
         wm.set_linear_dtype("fp16")
+
+
+@pytest.mark.skipif(not compiler_available(), reason="torch.compile needs a C++ compiler")
+def test_a_compiled_generator_plans_as_the_eager_one(tiny_world):
+    wm = WorldModel.from_folder(tiny_world[0])  # its own copy: compiling freezes its weights
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(2)]
+    task = "move the fingertip to the red target"
+
+    def plans() -> list[np.ndarray]:
+        return [
+            PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(f, task)
+            for f in frames
+        ]
+
+    eager = plans()  # the oracle: the same model, op by op
+    wm.compile_generator("fp32")
+    compiled = plans()
+    for c, e in zip(compiled, eager, strict=True):
+        np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+    with pytest.raises(ValueError, match="must be one of fp32, bf16"):
+        wm.compile_generator("fp16")
 
 
 def test_policy_queue_replans_every_execute_steps(world):
@@ -125,6 +148,45 @@ def test_policy_reasons_once_per_task_and_plans_as_if_it_reasoned_each_time(worl
     assert len(calls) == 5
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_a_prepared_instruction_is_the_plans_own_reasoner_pass_and_is_not_run_again(world, monkeypatch):
+    wm, _ = world
+    task = "move the fingertip to the red target"
+    frame = np.random.default_rng(1).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    frames = torch.as_tensor(frame)[None, None]
+    batch = wm.clip_batch([task], wm.encode_frames(frames), obs_frames=1, frames=frames[:, 0])
+    want = wm.reasoned(batch).cache  # the pass a plan built from its clip batch before
+    runner = PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2))
+    got = runner.prepare(task).cache
+    assert got.length == want.length and torch.equal(got.next_position, want.next_position)
+    assert (got.valid is None and want.valid is None) or torch.equal(got.valid, want.valid)
+    for (gk, gv), (wk, wv) in zip(got.kv, want.kv, strict=True):
+        torch.testing.assert_close(gk, wk, rtol=0, atol=0)
+        torch.testing.assert_close(gv, wv, rtol=0, atol=0)
+    calls = []
+    reason = wm.model.reason
+    monkeypatch.setattr(wm.model, "reason", lambda *a, **k: calls.append(1) or reason(*a, **k))
+    runner.plan(frame, task)
+    runner.prepare(task)
+    assert calls == []  # the plans and a second prepare of the same task reuse the first pass
+    runner.prepare("another task")
+    assert len(calls) == 1
+
+
+def test_a_rollout_prepares_each_episode_before_its_first_action_and_times_it_apart(world, monkeypatch):
+    from cosmos3_robot.policies.rollout import WorldModelPolicy, run_episodes
+
+    wm, _ = world
+    policy = WorldModelPolicy(wm, execute=4, sampling=SamplingConfig(steps=1))
+    events = []
+    prepare, act = policy.prepare, policy.act
+    monkeypatch.setattr(policy, "prepare", lambda task: events.append("prepare") or prepare(task))
+    monkeypatch.setattr(policy, "act", lambda obs, task: events.append("act") or act(obs, task))
+    eps = list(run_episodes("cosmos3_robot/Reach-v0", policy, 2, seed=5, image_size=32))
+    starts = [i for i, e in enumerate(events) if e == "prepare"]
+    assert starts == [0, 1 + eps[0].steps]  # once per episode, before its first action
+    assert all(ep.setup_ms is not None and ep.setup_ms > 0 for ep in eps)
 
 
 def test_closed_loop_rollout_runs_and_records_what_it_imagined(world):

@@ -118,6 +118,9 @@ def test_the_reasoner_reads_the_frame_the_policy_plans_from(shown):
     assert torch.equal(k_same[0], k_same[1])  # one frame, one task: one Reasoner state
     assert torch.equal(k_diff[0], k_same[0]) and not torch.allclose(k_diff[1], k_same[1])
     runner = PolicyRunner(world, execute=2, sampling=SamplingConfig(steps=2))
+    assert runner.prepare(task) is None  # no pass before the frame: each plan runs its own
+    with pytest.raises(ValueError, match="needs the frame"):
+        world.reasoned_text(task)
     chunk = runner.plan(a.permute(1, 2, 0).numpy(), task)
     assert chunk.shape == (world.geometry.num_actions, 2) and np.isfinite(chunk).all()
     with pytest.raises(ValueError, match="no ViT was given"):
