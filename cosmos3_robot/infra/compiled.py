@@ -13,10 +13,12 @@ What it costs and assumes:
     compiles for about 20-30 s on 2 cores;
   - the weights are frozen into the compiled program: it serves inference only, and a model whose
     weights change afterwards needs compiling again;
-  - `linear_dtype=torch.bfloat16` runs the tower under bf16 autocast (products and attention in bf16,
-    the output back in float32), the precision of `cpu_pack`'s bf16 products.
-`cpu_pack`'s modules are undone first: Inductor packs the weights itself, and the fused C kernels
-(ctypes calls) would cut its graph.
+  - `linear_dtype=torch.bfloat16` runs the tower under bf16 autocast: products, attention and the
+    element-wise work between them in bf16 (where `cpu_pack`'s bf16 mode rounds only the products'
+    operands), the output back in float32.
+`cpu_pack`'s modules are undone on the Generator's modules only (each layer's Generator half and its
+final norm): Inductor packs those weights itself, and the fused C kernels (ctypes calls) would cut its
+graph. The Reasoner, the embeddings and the output heads stay as `cpu_pack` left them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import shutil
 
 import torch
-import torch._inductor.config as inductor_config
 
 from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES, unpack
 
@@ -42,7 +43,11 @@ def compile_generator(model, linear_dtype: torch.dtype | None = None) -> None:
             "compiling the Generator needs a C++ compiler (c++, g++ or clang++) on the PATH; install one "
             "(Debian: apt-get install g++) or run without --compile"
         )
-    unpack(model)
+    import torch._inductor.config as inductor_config  # loads Inductor: only where a model is compiled
+
+    for layer in model.layers:
+        unpack(layer.dm)
+    unpack(model.norm_dm)
     eager = type(model).run_generator.__get__(model)
 
     def run_generator(*args, **kwargs):

@@ -6,7 +6,8 @@
 
 A policy is anything with `reset()`, `act(obs, task) -> action` and, optionally, `seed(env_seed)`
 (called after `reset()`), `prepare(task)` (called once the episode's instruction is known, before the
-first action; timed on its own as the episode's `setup_ms`, not as part of the first chunk's latency)
+first action; timed on its own as the episode's `setup_ms`, not as part of the first chunk's latency;
+returning False means it had nothing to run)
 and `chunks`: what it planned at each re-plan (the step it planned at, the latency, and the future
 frames it imagined).
 `WorldModelPolicy` (our model) and `LeRobotPolicy` (a LeRobot checkpoint: ACT, Diffusion Policy)
@@ -55,7 +56,7 @@ class Episode:
     frames: np.ndarray  # uint8 (steps + 1, H, W, 3): the observation before each step, then the last
     actions: np.ndarray  # (steps, A)
     chunks: list[Chunk] = field(default_factory=list)
-    setup_ms: float | None = None  # the policy's `prepare(task)`, None for a policy without one
+    setup_ms: float | None = None  # the policy's `prepare(task)`; None where it has none or it ran nothing
 
     def chunk_errors(self) -> list[dict]:
         """Per re-plan: PSNR of the imagined future frames against the realised ones (those the
@@ -96,10 +97,11 @@ class WorldModelPolicy:
         self.runner.reset()
         self.chunks, self._step = [], 0
 
-    def prepare(self, task: str) -> None:
-        """The instruction's Reasoner pass, once per episode before the first observation is acted on
-        (a model that shows its Reasoner the frame runs its pass in every plan instead)."""
-        self.runner.prepare(task)
+    def prepare(self, task: str) -> bool:
+        """The instruction's Reasoner pass, once per episode before the first observation is acted on;
+        False when there is none to run (a model that shows its Reasoner the frame runs its pass in
+        every plan instead)."""
+        return self.runner.prepare(task) is not None
 
     def act(self, obs: dict, task: str) -> np.ndarray:
         planning = self.runner.needs_plan()
@@ -125,8 +127,8 @@ def run_episode(env, policy: Policy, seed: int) -> Episode:
     setup_ms = None
     if callable(getattr(policy, "prepare", None)):
         t0 = time.perf_counter()
-        policy.prepare(task)
-        setup_ms = (time.perf_counter() - t0) * 1e3
+        ran = policy.prepare(task)
+        setup_ms = None if ran is False else (time.perf_counter() - t0) * 1e3
     frames, actions = [obs["pixels"]], []
     done, success, ret = False, False, 0.0
     while not done:

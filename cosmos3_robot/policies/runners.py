@@ -145,7 +145,7 @@ class PolicyRunner:
         """The instruction's Reasoner pass, run once per task (until `reset` or another task) and
         reused by every plan under it; None for a model that shows its Reasoner the frame (each plan
         then runs its own pass). Called before the first observation is acted on, the pass is not
-        part of the first plan's latency (`WorldModelPolicy.prepare` times it on its own)."""
+        part of the first plan's latency (`rollout.run_episode` times it on its own)."""
         if self.world.reads_frames:
             return None
         if self._reasoned is None or self._reasoned[0] != task:

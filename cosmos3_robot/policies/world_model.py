@@ -82,6 +82,7 @@ class WorldModel:
             )
         self.vit = vit.eval() if vit is not None else None
         self.encode_seconds = 0.0  # time spent in the VAE encoder (for throughput reports)
+        self.compiled: str | None = None  # the linear dtype of `compile_generator`, once called
 
     @classmethod
     def from_folder(cls, folder: str | Path, vae: VideoVAE | None = None) -> WorldModel:
@@ -118,6 +119,11 @@ class WorldModel:
 
         if name not in LINEAR_DTYPES:
             raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
+        if self.compiled is not None:
+            raise ValueError(
+                f"the Generator is compiled ({self.compiled}) with its weights frozen: load the model again "
+                "to change how its products run"
+            )
         pack_for_cpu(self.model, LINEAR_DTYPES[name])
 
     def compile_generator(self, name: str = "fp32") -> None:
@@ -128,7 +134,10 @@ class WorldModel:
 
         if name not in LINEAR_DTYPES:
             raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
+        if self.compiled is not None:
+            raise ValueError(f"the Generator is compiled already ({self.compiled}); load the model again")
         compile_generator(self.model, LINEAR_DTYPES[name])
+        self.compiled = name
 
     @property
     def policy_mode(self) -> str:

@@ -236,6 +236,13 @@ def _run(args: argparse.Namespace) -> int:
 
         prev = json.loads(results_path.read_text())
         done, latencies = prev["episodes_detail"], prev.get("latencies_ms", [])
+        if args.model is not None and any("setup_ms" not in e for e in done):
+            print(
+                f"warning: {args.out} holds episodes rolled out before the instruction's Reasoner pass was timed "
+                "apart (their first chunk's latency includes it): latency_per_chunk will mix both; give a new "
+                "--out for figures of one kind",
+                file=sys.stderr,
+            )
     bar = tqdm(
         total=args.episodes,
         initial=len(done),

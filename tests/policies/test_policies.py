@@ -79,6 +79,10 @@ def test_a_compiled_generator_plans_as_the_eager_one(tiny_world):
         np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
     with pytest.raises(ValueError, match="must be one of fp32, bf16"):
         wm.compile_generator("fp16")
+    with pytest.raises(ValueError, match="compiled"):  # its weights are frozen into the program
+        wm.set_linear_dtype("bf16")
+    with pytest.raises(ValueError, match="compiled already"):
+        wm.compile_generator("fp32")
 
 
 def test_policy_queue_replans_every_execute_steps(world):

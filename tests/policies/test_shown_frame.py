@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cosmos3_robot.encoders.vision_inputs import frame_patches
+from cosmos3_robot.policies.rollout import WorldModelPolicy
 from cosmos3_robot.policies.runners import PolicyRunner, SamplingConfig
 from cosmos3_robot.policies.world_model import WorldModel
 
@@ -119,6 +120,7 @@ def test_the_reasoner_reads_the_frame_the_policy_plans_from(shown):
     assert torch.equal(k_diff[0], k_same[0]) and not torch.allclose(k_diff[1], k_same[1])
     runner = PolicyRunner(world, execute=2, sampling=SamplingConfig(steps=2))
     assert runner.prepare(task) is None  # no pass before the frame: each plan runs its own
+    assert WorldModelPolicy(world).prepare(task) is False  # so a rollout records no setup time
     with pytest.raises(ValueError, match="needs the frame"):
         world.reasoned_text(task)
     chunk = runner.plan(a.permute(1, 2, 0).numpy(), task)
