@@ -115,29 +115,29 @@ class WorldModel:
 
     def set_linear_dtype(self, name: str) -> None:
         """Run the model's packed products in `name` ("fp32" or "bf16"; `infra/cpu_pack.py`)."""
+        pack_for_cpu(self.model, self._linear_dtype(name))
+
+    def compile_generator(self, name: str = "fp32") -> None:
+        """Run the Generator tower compiled by `torch.compile`, its products in `name` ("fp32" or
+        "bf16"; `infra/compiled.py`): inference only, the weights frozen into the compiled program."""
+        from cosmos3_robot.infra.compiled import compile_generator
+
+        compile_generator(self.model, self._linear_dtype(name))
+        self.compiled = name
+
+    def _linear_dtype(self, name: str) -> torch.dtype | None:
+        """The dtype of the linear dtype `name`; refused once the Generator is compiled (its weights
+        are frozen into the compiled program, so neither re-packing nor compiling again applies)."""
         from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES
 
         if name not in LINEAR_DTYPES:
             raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
         if self.compiled is not None:
             raise ValueError(
-                f"the Generator is compiled ({self.compiled}) with its weights frozen: load the model again "
-                "to change how its products run"
+                f"the Generator is compiled already ({self.compiled}) with its weights frozen: load the model "
+                "again to change how its products run"
             )
-        pack_for_cpu(self.model, LINEAR_DTYPES[name])
-
-    def compile_generator(self, name: str = "fp32") -> None:
-        """Run the Generator tower compiled by `torch.compile`, its products in `name` ("fp32" or
-        "bf16"; `infra/compiled.py`): inference only, the weights frozen into the compiled program."""
-        from cosmos3_robot.infra.compiled import compile_generator
-        from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES
-
-        if name not in LINEAR_DTYPES:
-            raise ValueError(f"the linear dtype must be one of {', '.join(LINEAR_DTYPES)}, got {name!r}")
-        if self.compiled is not None:
-            raise ValueError(f"the Generator is compiled already ({self.compiled}); load the model again")
-        compile_generator(self.model, LINEAR_DTYPES[name])
-        self.compiled = name
+        return LINEAR_DTYPES[name]
 
     @property
     def policy_mode(self) -> str:
