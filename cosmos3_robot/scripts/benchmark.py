@@ -75,6 +75,7 @@ class Variant:
     modes: dict[str, float] | None = None  # our arms' generator.modes; None = the trainer's default
     estimator_minutes: float = 5.0  # ours-estimator: the estimator's share of `minutes`
     estimator_holdout: int = 10  # ours-estimator: demonstrations held out to score the estimator
+    state_noise: float = 0.0  # our arms' generator.state_noise (std, normalised units)
 
 
 VARIANTS = {
@@ -125,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="generator.modes of our arms, e.g. policy=1 or action_policy=1 (default: the variant's)",
     )  # fmt: skip
     p.add_argument(
+        "--state-noise", type=float, default=None,
+        help="our arms: std of the noise added to the normalised state in training (default: the variant's)",
+    )  # fmt: skip
+    p.add_argument(
         "--dataset", action="append", default=[], metavar="ENV=ROOT",
         help="use this LeRobot dataset for ENV instead of recording one (repeatable)",
     )  # fmt: skip
@@ -141,7 +146,17 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
     """The variant with the command line's overrides, and the datasets given; bad input refused here."""
 
     v = dataclasses.replace(VARIANTS[args.variant])
-    for name in ("tasks", "demos", "episodes", "minutes", "estimator_minutes", "estimator_holdout", "arms"):
+    names = (
+        "tasks",
+        "demos",
+        "episodes",
+        "minutes",
+        "estimator_minutes",
+        "estimator_holdout",
+        "state_noise",
+        "arms",
+    )
+    for name in names:
         given = getattr(args, name, None)  # other tables' parsers lack the estimator's options
         if given is not None:
             setattr(v, name, tuple(given) if name == "arms" else given)
@@ -150,6 +165,8 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
     check_tasks(v.tasks)
     if v.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {v.episodes}")
+    if not (math.isfinite(v.state_noise) and v.state_noise >= 0):
+        raise ValueError(f"--state-noise must be a std >= 0, got {v.state_noise}")
     check_training(v)
     if "ours" in v.arms and args.vae is None and args.variant != "smoke":
         raise ValueError(
@@ -276,6 +293,8 @@ def train_ours(v: Variant, data: Path, out: Path, vae: Path | None, state_dim: i
         overrides.append(f"model.latent_channels={v.latent_channels}")
     if state_key is not None:
         overrides.append(f"+data.options.state_key={state_key}")
+    if v.state_noise:
+        overrides.append(f"generator.state_noise={v.state_noise}")
     if v.modes is not None:
         overrides.append("generator.modes={" + ", ".join(f"{k}: {w}" for k, w in v.modes.items()) + "}")
     cfg = compose(overrides)

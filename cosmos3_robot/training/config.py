@@ -146,6 +146,10 @@ class GeneratorSection:
     sigma: SigmaSection = field(default_factory=SigmaSection)
     loss_weights: dict[str, float] = field(default_factory=dict)  # per modality, default 1
     per_frame_sigma: bool = False  # diffusion forcing: one σ per latent frame
+    # Std of Gaussian noise added to the normalised conditioning state (its real dimensions) in
+    # training steps, not validation: a policy that acts on an estimated state sees a noisy one, and
+    # a few hundred demonstration frames are memorised less. 0 = off.
+    state_noise: float = 0.0
 
     def __post_init__(self) -> None:
         from cosmos3_robot.tasks import TASKS
@@ -163,7 +167,9 @@ class GeneratorSection:
         }
         if bad:
             raise ValueError(f"generator.loss_weights must be finite numbers >= 0, got {bad}")
-        _finite(self, "prompt_dropout")
+        _finite(self, "prompt_dropout", "state_noise")
+        if self.state_noise < 0:
+            raise ValueError(f"generator.state_noise must be >= 0 (a std), got {self.state_noise}")
         if not self.modes or any(v < 0 for v in self.modes.values()) or sum(self.modes.values()) <= 0:
             raise ValueError(
                 f"generator.modes needs non-negative proportions with a positive sum, got {self.modes}"

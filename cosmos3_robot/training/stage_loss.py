@@ -7,6 +7,7 @@ generator stage:  ClipBatch ─► [ViT] ─► Reasoner (frozen, no_grad) ─�
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ class StageLoss(nn.Module):
         self.heads = {m: make_task(m, per_frame_sigma=g.per_frame_sigma) for m in g.modes}
         self.heads.setdefault("video", make_task("video", per_frame_sigma=g.per_frame_sigma))
         self.weights = dict(g.loss_weights) or None
+        self.state_noise = g.state_noise
 
     def forward(self, batch: Any, plan: dict[str, Any]) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
         if self.stage == "reasoner":
@@ -55,6 +57,8 @@ class StageLoss(nn.Module):
             cache = model.reason(**batch.reasoner_inputs(model, self.vit), logits=False).cache
         modes: list[str] = plan["modes"]
         gen = torch.Generator(device=batch.input_ids.device).manual_seed(plan["noise_seed"])
+        if self.training and self.state_noise > 0 and batch.state is not None:
+            batch = noisy_state(batch, self.state_noise, plan["noise_seed"])
         objective, stats = None, {}
         # FSDP needs the same sequence of forward calls on every rank: there the plan lists every
         # mode of the global batch ("run_modes"); a mode without samples here runs on one sample, weight 0.
@@ -71,3 +75,13 @@ class StageLoss(nn.Module):
                 n = torch.tensor(float(len(rows)))
                 stats[mode] = (loss.detach().float() * n, n)
         return objective, stats
+
+
+def noisy_state(batch: ClipBatch, std: float, seed: int) -> ClipBatch:
+    """The batch with N(0, std²) added to its conditioning state's real dimensions (padding stays 0).
+    Its own generator, so the modes' σ and noise draws are the same with and without it."""
+    if batch.state_mask is None:
+        raise ValueError("generator.state_noise needs the batch's state_mask (which dimensions are real)")
+    gen = torch.Generator(device=batch.state.device).manual_seed(seed ^ 0x5EED)
+    noise = torch.randn(batch.state.shape, generator=gen, device=batch.state.device, dtype=batch.state.dtype)
+    return replace(batch, state=batch.state + std * noise * batch.state_mask[:, None, :])

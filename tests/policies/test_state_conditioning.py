@@ -207,3 +207,38 @@ def test_a_joined_state_key_names_distinct_keys_with_statistics():
     np.testing.assert_array_equal(joined_stats(stats, "b+a")["b+a"]["mean"], [2, 2, 1, 1])
     with pytest.raises(ValueError, match=r"no stats for \['c'\]"):
         joined_stats(stats, "a+c")
+
+
+def test_state_noise_perturbs_only_real_state_dims_and_only_in_training(state_world):
+    """generator.state_noise: N(0, std²) on the normalised state's real dimensions in a training
+    step; validation (eval mode) and the padding see the clean state; every other draw is the same."""
+    from cosmos3_robot.training.config import GeneratorSection
+    from cosmos3_robot.training.stage_loss import StageLoss, noisy_state
+
+    world, data, _, _ = state_world
+    batch = data.robot_batch([data.ds[int(i)] for i in data.train_idx[:8]])
+    assert batch.state_mask.shape == (8, STATE_WIDTH) and batch.state_mask[:, :4].all()
+    assert not batch.state_mask[:, 4:].any()
+    out = noisy_state(batch, 0.5, seed=3)
+    diff = out.state - batch.state
+    assert diff[..., 4:].abs().sum() == 0  # padding stays zero, as at run time
+    assert 0.3 < float(diff[..., :4].std()) < 0.7  # std 0.5 over 32 draws
+    assert torch.equal(noisy_state(batch, 0.5, seed=3).state, out.state)  # seeded
+    assert torch.equal(out.action, batch.action) and torch.equal(out.video, batch.video)
+
+    with pytest.raises(ValueError, match="state_noise must be >= 0"):
+        GeneratorSection(state_noise=-0.1)
+    cfg = compose_state("unused", "unused", "generator.modes={policy: 1.0}")
+    clean = StageLoss(world.model, None, cfg)
+    noisy = StageLoss(world.model, None, dataclasses.replace(
+        cfg, generator=dataclasses.replace(cfg.generator, state_noise=0.5)))  # fmt: skip
+    plan = {"modes": ["policy"] * 8, "noise_seed": 7, "norm": 8}
+    with torch.no_grad():
+        noisy.eval(), clean.eval()
+        assert torch.equal(noisy(batch, plan)[0], clean(batch, plan)[0])  # validation: clean state
+        noisy.train(), clean.train()
+        a, b = noisy(batch, plan)[0], clean(batch, plan)[0]
+        assert not torch.equal(a, b)
+        # the same loss as the clean module given the noised state by hand: only the state changed
+        torch.testing.assert_close(a, clean(noisy_state(batch, 0.5, 7), plan)[0])
+    clean.eval()  # the module-scoped model goes back to eval mode for the tests after this one

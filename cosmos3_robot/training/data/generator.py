@@ -375,8 +375,12 @@ class GeneratorData:
             return {}
         n = min(TEMPORAL_FACTOR * (self.cfg.obs_frames - 1) + 1, samples[0]["state"].shape[0])
         raw = torch.stack([s["state"][:n] for s in samples])  # (B, n, S)
-        state, _ = self.state_transform.encode(raw)
-        return {"state": state, "state_time": torch.stack([s["video_time"][:n] for s in samples]).float()}
+        state, mask = self.state_transform.encode(raw)
+        return {
+            "state": state,
+            "state_time": torch.stack([s["video_time"][:n] for s in samples]).float(),
+            "state_mask": mask.expand(len(samples), -1).clone(),
+        }
 
     def free_batch(self, samples: list[dict[str, Any]]) -> ClipBatch:
         """Samples of the action-free video folder -> ClipBatch with action=None."""
