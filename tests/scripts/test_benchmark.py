@@ -135,3 +135,22 @@ def test_an_option_before_another_tables_name_is_refused_not_run_as_policies(tmp
         assert main(["benchmark", "--out", str(out), table]) == 2
         assert f"put the table first: cosmos3-robot benchmark {table}" in error_line(capsys)
     assert not out.exists()
+
+
+def test_table_pools_each_arm_over_tasks_and_shows_the_instruction_pass():
+    from cosmos3_robot.scripts.benchmark import table
+
+    def r(task, arm, k, setup):
+        return dict(task=task, arm=arm, episodes=50, successes=k, success_rate=k / 50, wilson95=(0.5, 0.9),
+                    latency_p50_ms=41.2, latency_p95_ms=52.7, setup_p50_ms=setup, train_steps=10,
+                    train_seconds=1200)  # fmt: skip
+
+    text = table(
+        [r("a", "ours", 40, 6.24), r("a", "act", 50, None), r("b", "ours", 30, 7.0), r("b", "act", 20, None)]
+    )
+    assert "| a | ours | 40/50 = 80% | 50%-90% | 41 / 53 | 6.2 | 10 / 20.0 |" in text
+    assert "| a | act | 50/50 = 100% | 50%-90% | 41 / 53 | n/a | 10 / 20.0 |" in text
+    # 70 of 100: Wilson 95 % = 60.4 %-78.1 % (p ± z·sqrt(p(1-p)/n + z²/4n²), over 1 + z²/n)
+    assert "| all 2 tasks | ours | 70/100 = 70% | 60%-78% |" in text
+    assert "| all 2 tasks | act | 70/100 = 70% | 60%-78% |" in text
+    assert "all 1 tasks" not in table([r("a", "ours", 40, 6.2)])
