@@ -35,7 +35,11 @@ class LeRobotPolicy:
         self._step = 0
 
     @classmethod
-    def from_folder(cls, folder: str | Path) -> LeRobotPolicy:
+    def from_folder(cls, folder: str | Path, ensemble: float | None = None) -> LeRobotPolicy:
+        """The checkpoint in `folder`. `ensemble=M` runs ACT with its temporal ensembling (LeRobot's
+        `temporal_ensemble_coeff`: a chunk every step, the overlapping ones averaged with weights
+        exp(-M·age), the oldest first; M=0.01 is the ACT paper's), whatever `n_action_steps` it was
+        trained with; Diffusion Policy has none and is refused."""
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
@@ -51,6 +55,15 @@ class LeRobotPolicy:
                 f"{folder} holds a {cfg.type!r} policy; the rollout harness supports {list(SUPPORTED)}"
             )
         cfg.device = "cpu"
+        if ensemble is not None:
+            if cfg.type != "act":
+                raise ValueError(
+                    f"{folder} holds a {cfg.type!r} policy: LeRobot has temporal ensembling for ACT only; "
+                    "drop --ensemble and use --execute"
+                )
+            if not (np.isfinite(ensemble) and ensemble >= 0):
+                raise ValueError(f"ensemble={ensemble} must be a finite weight decay >= 0 (ACT uses 0.01)")
+            cfg.temporal_ensemble_coeff, cfg.n_action_steps = float(ensemble), 1  # ACT needs both
         unknown = sorted(set(cfg.input_features) - set(OBS_KEYS))
         if unknown:
             raise ValueError(f"{folder} reads observation keys {unknown}; our envs give {sorted(OBS_KEYS)}")

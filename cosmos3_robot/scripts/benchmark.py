@@ -11,7 +11,7 @@ For every task: `record` the scripted expert with injected noise (env seeds 0 ..
 arm on that dataset for --minutes of training steps (ours: `train` with `minutes=`; ACT / Diffusion
 Policy: `train-baseline --minutes`), then `rollout` every arm on the same --episodes env seeds
 10000, 10001, ... (disjoint from the demonstrations). Every arm executes --execute actions of each
-chunk before re-planning. The arms:
+chunk before re-planning (with --ensemble: re-plans every step and averages the overlapping chunks). The arms:
   ours            our model on the camera (a frozen video VAE) and the proprioceptive state
   ours-estimator  a state estimator (`train-estimator`, --estimator-minutes of the budget) reads the
                   scene state off the frame; our model, trained for the rest of the budget on the
@@ -76,6 +76,7 @@ class Variant:
     estimator_minutes: float = 5.0  # ours-estimator: the estimator's share of `minutes`
     estimator_holdout: int = 10  # ours-estimator: demonstrations held out to score the estimator
     state_noise: float = 0.0  # our arms' generator.state_noise (std, normalised units)
+    ensemble: float | None = None  # every arm's temporal ensembling weight (ACT's); None: --execute
 
 
 VARIANTS = {
@@ -126,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="generator.modes of our arms, e.g. policy=1 or action_policy=1 (default: the variant's)",
     )  # fmt: skip
     p.add_argument(
+        "--ensemble", type=float, default=None, metavar="M",
+        help="roll out every arm with temporal ensembling (a chunk every step, overlapping chunks averaged "
+        "with weights exp(-M*age); M=0.01 is ACT's) instead of executing --execute actions per chunk; "
+        "ours and ACT only (default: the variant's)",
+    )  # fmt: skip
+    p.add_argument(
         "--state-noise", type=float, default=None,
         help="our arms: std of the noise added to the normalised state in training (default: the variant's)",
     )  # fmt: skip
@@ -146,16 +153,8 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
     """The variant with the command line's overrides, and the datasets given; bad input refused here."""
 
     v = dataclasses.replace(VARIANTS[args.variant])
-    names = (
-        "tasks",
-        "demos",
-        "episodes",
-        "minutes",
-        "estimator_minutes",
-        "estimator_holdout",
-        "state_noise",
-        "arms",
-    )
+    names = ("tasks", "demos", "episodes", "minutes", "estimator_minutes", "estimator_holdout", "state_noise",
+             "ensemble", "arms")  # fmt: skip
     for name in names:
         given = getattr(args, name, None)  # other tables' parsers lack the estimator's options
         if given is not None:
@@ -167,6 +166,16 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, dict[str, Path]]:
         raise ValueError(f"--episodes must be >= 1, got {v.episodes}")
     if not (math.isfinite(v.state_noise) and v.state_noise >= 0):
         raise ValueError(f"--state-noise must be a std >= 0, got {v.state_noise}")
+    if v.ensemble is not None:
+        if not (math.isfinite(v.ensemble) and v.ensemble >= 0):
+            raise ValueError(
+                f"--ensemble must be a finite weight decay >= 0 (ACT's is 0.01), got {v.ensemble}"
+            )
+        if "diffusion" in v.arms:
+            raise ValueError(
+                "--ensemble: LeRobot's Diffusion Policy has no temporal ensembling; drop the diffusion arm "
+                "(--arms) or --ensemble"
+            )
     check_training(v)
     if "ours" in v.arms and args.vae is None and args.variant != "smoke":
         raise ValueError(
@@ -347,6 +356,8 @@ def rollout(arm: str, task: str, v: Variant, run: Path, progress: bool) -> dict:
         who = ["--policy", f"lerobot:{run / 'model'}"]
     argv = [*who, "--env", task, "--episodes", str(v.episodes), "--seed", str(EVAL_SEED),
             "--execute", str(v.execute), "--steps", "10", "--out", str(run / "rollout"), "--no-video"]  # fmt: skip
+    if v.ensemble is not None:
+        argv += ["--ensemble", str(v.ensemble)]
     if not progress:
         argv.append("--no-progress")
     rollout_script.main(argv)

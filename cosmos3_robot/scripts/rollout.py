@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="temporal ensembling (ACT): re-plan every step and average the overlapping chunks with "
-        "weights exp(-M * age), the oldest first; M=0.01 is ACT's (default: off, use --execute)",
+        "weights exp(-M * age), the oldest first; M=0.01 is ACT's (default: off, use --execute). Our "
+        "models and LeRobot ACT checkpoints (its own ensembler); not Diffusion Policy",
     )
     p.add_argument(
         "--estimator",
@@ -158,7 +159,7 @@ def make_policy(args: argparse.Namespace):
                 f"--policy {args.policy!r}: give lerobot:DIR (a LeRobot policy checkpoint folder), or random / "
                 "zero for the no-learning floor"
             )
-        policy = LeRobotPolicy.from_folder(folder)
+        policy = LeRobotPolicy.from_folder(folder, ensemble=args.ensemble)
         return policy, args.image_size or policy.image_size, None
     from cosmos3_robot.policies.world_model import WorldModel
 

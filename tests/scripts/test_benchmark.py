@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from cosmos3_robot.cli import main
 from tests._data_fixtures import record_small
@@ -34,6 +35,12 @@ def error_line(capsys) -> str:
         (
             ["--variant", "metaworld", "--demos", "10"],
             "--demos 10: the ours-estimator arm holds 10 demonstrations out",
+        ),
+        (["--state-noise", "-1"], "--state-noise must be a std >= 0, got -1.0"),
+        (["--ensemble", "nan"], "--ensemble must be a finite weight decay >= 0"),
+        (
+            ["--ensemble", "0.01", "--arms", "ours", "diffusion"],
+            "Diffusion Policy has no temporal ensembling",
         ),
     ],
 )
@@ -117,7 +124,7 @@ def test_the_estimator_arm_end_to_end(tmp_path):
     out = tmp_path / "bench"
     argv = ["benchmark", "policies", "--out", str(out), "--arms", "ours-estimator", "--demos", "3",
             "--episodes", "1", "--minutes", "0.5", "--estimator-minutes", "0.25", "--modes", "action_policy=1",
-            "--no-progress"]  # fmt: skip
+            "--ensemble", "0.01", "--state-noise", "0.1", "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     (r,) = json.loads((out / "results.json").read_text())["rows"]
     assert r["arm"] == "ours-estimator" and r["episodes"] == 1 and r["estimator_steps"] >= 1
@@ -125,6 +132,9 @@ def test_the_estimator_arm_end_to_end(tmp_path):
     run = out / "reach-v0" / "ours-estimator"
     rollout = json.loads((run / "rollout" / "results.json").read_text())
     assert rollout["config"]["estimator"] == str(run / "estimator" / "estimator")
+    assert rollout["config"]["ensemble"] == 0.01  # re-planned every step
+    assert rollout["episodes_detail"][0]["replans"] == rollout["episodes_detail"][0]["steps"]
+    assert yaml.safe_load((run / "policy" / "config.yaml").read_text())["generator"]["state_noise"] == 0.1
     model = json.loads((run / "policy" / "model" / "config.json").read_text())
     assert model["meta"]["modes"] == {"action_policy": 1.0} and model["model"]["state_dim"] == 4 + 6
 

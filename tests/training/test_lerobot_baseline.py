@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from cosmos3_robot.training.lerobot_baseline import BaselineConfig, train_baseline
 
@@ -31,6 +32,37 @@ def test_act_trains_saves_a_rollout_checkpoint_and_resumes(tiny_world, tmp_path)
     for _ in range(3):
         policy.act(obs, "move the fingertip to the red target")
     assert [c.step for c in policy.chunks] == [0, 2]  # a latency per plan, not per queued action
+
+    # --ensemble: ACT's temporal ensembling, against the weighted mean of its chunks computed here
+    m, task = 0.5, "move the fingertip to the red target"
+    ens = LeRobotPolicy.from_folder(out / "model", ensemble=m)
+    ens.reset()
+    obs_at = [{**obs, "agent_pos": np.full(4, 0.1 * k, np.float32)} for k in range(4)]
+    got = [ens.act(o, task) for o in obs_at]
+    assert [c.step for c in ens.chunks] == [0, 1, 2, 3]  # a plan every step
+    chunks = []
+    for o in obs_at:
+        batch = {"task": task, "observation.image": torch.zeros(1, 3, 32, 32),
+                 "observation.state": torch.as_tensor(o["agent_pos"])[None]}  # fmt: skip
+        with torch.no_grad():
+            chunks.append(policy.policy.predict_action_chunk(policy.pre(batch))[0])  # (4, A) normalised
+    w = np.exp(-m * np.arange(4))  # oldest first
+    want = sum(w[i] * chunks[i][3 - i].numpy() for i in range(4)) / w.sum()
+    want = np.asarray(policy.post(torch.as_tensor(want)[None]), np.float32).reshape(-1)
+    np.testing.assert_allclose(got[3], want, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got[3], np.asarray(policy.post(chunks[3][0][None])).reshape(-1))
+
+
+def test_ensemble_is_refused_for_diffusion_policy(monkeypatch, tmp_path):
+    from lerobot.configs.policies import PreTrainedConfig
+
+    from cosmos3_robot.policies.lerobot import LeRobotPolicy
+
+    (tmp_path / "config.json").write_text("{}")
+    fake = type("C", (), {"type": "diffusion", "input_features": {}})()
+    monkeypatch.setattr(PreTrainedConfig, "from_pretrained", classmethod(lambda cls, folder: fake))
+    with pytest.raises(ValueError, match="temporal ensembling for ACT only; drop --ensemble"):
+        LeRobotPolicy.from_folder(tmp_path, ensemble=0.01)
 
 
 def test_diffusion_policy_latency_is_counted_per_plan():
