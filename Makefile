@@ -47,12 +47,15 @@ reproduce-reach: venv
 # Issue 20 on Meta-World v3: ours (a state estimator + our policy, `ours-estimator`) vs LeRobot ACT and
 # Diffusion Policy at equal minutes per task (20 per arm; 100 demonstrations, 50 held-out seeds).
 # MW_TASKS: Meta-World task names (default: the variant's 13), MW_ARMS: the arms (default: all three);
-# about 55 minutes per task for ours and ACT on 2 cores; resumable; the table: $(MW_DATA)/table.md.
+# MW_ENSEMBLE: roll every arm out with temporal ensembling of that weight (0.01 is ACT's; needs
+# MW_ARMS without diffusion); about 55 minutes per task for ours and ACT on 2 cores; resumable; the
+# table: $(MW_DATA)/table.md.
 MW_DATA ?= data/metaworld
 MW_TASKS ?=
 MW_ARMS ?=
+MW_ENSEMBLE ?=
 MW_BENCH = $(VENV)/bin/cosmos3-robot benchmark policies --variant metaworld --no-progress \
-	$(if $(MW_ARMS),--arms $(MW_ARMS))
+	$(if $(MW_ARMS),--arms $(MW_ARMS)) $(if $(MW_ENSEMBLE),--ensemble $(MW_ENSEMBLE))
 bench-metaworld: venv
 	$(MW_BENCH) --out $(MW_DATA) $(if $(MW_TASKS),--tasks $(addprefix cosmos3_robot/MetaWorld-,$(MW_TASKS)))
 
