@@ -38,7 +38,7 @@ class LeRobotPolicy:
     def from_folder(cls, folder: str | Path, ensemble: float | None = None) -> LeRobotPolicy:
         """The checkpoint in `folder`. `ensemble=M` runs ACT with its temporal ensembling (LeRobot's
         `temporal_ensemble_coeff`: a chunk every step, the overlapping ones averaged with weights
-        exp(-M·age), the oldest first; M=0.01 is the ACT paper's), whatever `n_action_steps` it was
+        w_i = exp(-M·i), i = 0 for the oldest chunk, so the oldest weighs most; M=0.01 is the ACT paper's), whatever `n_action_steps` it was
         trained with; Diffusion Policy has none and is refused."""
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors

@@ -49,6 +49,7 @@ from cosmos3_robot.scripts.benchmark import (
     check_training,
     train_ours,
     vae_latent_channels,
+    variant_identity,
     write_table,
 )
 from cosmos3_robot.scripts.common import (
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace, v: Imagine, learned=None) -> int:
     paths = {k: None if getattr(args, k) is None else str(getattr(args, k).resolve())
              for k in ("model", "vae", "dataset")}  # fmt: skip
     variant = dataclasses.asdict(v)
-    variant["train"]["episodes"] = None  # a larger --episodes extends the run
+    variant["train"] = variant_identity(v.train) | {"episodes": None}  # a larger --episodes extends the run
     config = {"table": "imagination", "variant": variant, **paths}
     prov = claim_output(args.out, "benchmark imagination", config)
     model = prepare_model(args, v, progress)

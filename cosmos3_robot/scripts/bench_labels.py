@@ -41,6 +41,7 @@ from cosmos3_robot.scripts.benchmark import (
     slug,
     train_lerobot,
     train_ours,
+    variant_identity,
     write_table,
 )
 from cosmos3_robot.scripts.common import (
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     v, labelled = resolve(args)  # refuse bad input before any work
     with exclusive_lock(args.out, "benchmark"):
         apply_threads(args.threads)
-        config = {"table": "labels", "variant": dataclasses.asdict(v) | {"episodes": None}, "arm": args.arm,
+        config = {"table": "labels", "variant": variant_identity(v) | {"episodes": None}, "arm": args.arm,
                   "labeller": args.labeller,
                   "labelled": labelled, "vae": None if args.vae is None else str(args.vae.resolve())}  # fmt: skip
         prov = claim_output(args.out, "benchmark labels", config)

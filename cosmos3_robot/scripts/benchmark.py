@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ensemble", type=float, default=None, metavar="M",
         help="roll out every arm with temporal ensembling (a chunk every step, overlapping chunks averaged "
-        "with weights exp(-M*age); M=0.01 is ACT's) instead of executing --execute actions per chunk; "
-        "ours and ACT only (default: the variant's)",
+        "with weights exp(-M*i), i=0 for the oldest, which weighs most; M=0.01 is ACT's) instead of executing "
+        "--execute actions per chunk; ours and ACT only, not Diffusion Policy (default: the variant's)",
     )  # fmt: skip
     p.add_argument(
         "--state-noise", type=float, default=None,
@@ -280,6 +280,17 @@ def dataset_needs(v: Variant) -> tuple[str, ...]:
     return ("observation.environment_state",) if "ours-estimator" in v.arms else ()
 
 
+# Variant fields added after runs were written, with the value those runs had: left out of a run's
+# identity while they hold it, so an older output folder still resumes.
+LATER_FIELDS = {"state_noise": 0.0, "ensemble": None}
+
+
+def variant_identity(v: Variant) -> dict:
+    """The variant as a run's identity (`claim_output`): its fields, less LATER_FIELDS at their old value."""
+    d = dataclasses.asdict(v)
+    return {k: x for k, x in d.items() if not (k in LATER_FIELDS and x == LATER_FIELDS[k])}
+
+
 def slug(task: str) -> str:
     return task.split("/")[-1].lower()
 
@@ -379,7 +390,8 @@ def row(task: str, arm: str, train: dict, res: dict) -> dict:
 
 def table(rows: list[dict]) -> str:
     """One line per task and arm; with several tasks, one more per arm over all of them (episodes
-    pooled, so the rate is the mean over tasks when every task has the same number of episodes)."""
+    pooled, so the rate is the mean over tasks when every task has the same number of episodes; its
+    interval is over these tasks' episodes, not a claim about other tasks)."""
     from cosmos3_robot.eval.metrics import wilson_interval
 
     lines = [
@@ -442,7 +454,7 @@ def run_benchmark(
     apply_threads(args.threads)
     progress = not args.no_progress
     needs = dataset_needs(v)
-    config = {"table": args.table, "variant": dataclasses.asdict(v) | {"episodes": None},
+    config = {"table": args.table, "variant": variant_identity(v) | {"episodes": None},
               "vae": None if args.vae is None else str(args.vae.resolve()),
               "datasets": {k: str(p.resolve()) for k, p in datasets.items()}}  # fmt: skip
     prov = claim_output(args.out, f"benchmark {args.table}", config)

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="temporal ensembling (ACT): re-plan every step and average the overlapping chunks with "
-        "weights exp(-M * age), the oldest first; M=0.01 is ACT's (default: off, use --execute). Our "
+        "weights exp(-M * i), i = 0 for the oldest, which weighs most; M=0.01 is ACT's (default: off, use --execute). Our "
         "models and LeRobot ACT checkpoints (its own ensembler); not Diffusion Policy",
     )
     p.add_argument(
@@ -126,6 +126,10 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--estimator feeds our model's state: it needs --model, not --policy")
     if args.policy_mode is not None and args.model is None:
         raise ValueError("--policy-mode chooses our model's task head: it needs --model, not --policy")
+    if args.ensemble is not None and args.policy in ("random", "zero"):
+        raise ValueError(
+            f"--ensemble averages planned chunks; --policy {args.policy} plans none: drop --ensemble"
+        )
     if args.compile and args.model is None:
         raise ValueError("--compile compiles our model's Generator: it needs --model, not --policy")
     if args.compile:

@@ -51,6 +51,7 @@ schema cosmos3_robot.training.config.TrainConfig (an unknown key is an error). D
   optim.min_lr_ratio= [0.1]
   generator.modes='{{forward_dynamics:0.3,inverse_dynamics:0.3,policy:0.3,video:0.1}}'
   generator.mode_mix=per_sample|per_batch  generator.prompt_dropout=P  generator.sigma.shift=S
+  generator.state_noise=STD [0]                noise on the normalised conditioning state in training
   checkpoint.every=N [500]  checkpoint.keep_last=K [3]  checkpoint.resume=auto|never|PATH [auto]
   micro_batch_size=M  ema_decay=D [0.999]  log_every=N [10]  val_every=N [200]  val_batches=N
   threads=T [torch's default]

@@ -247,6 +247,12 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1 (or null for torch's default), got {self.threads}")
+        stateless = self.stage == "reasoner" or (self.model.state_dim is None and self.model.init is None)
+        if self.generator.state_noise > 0 and stateless:
+            raise ValueError(
+                f"generator.state_noise={self.generator.state_noise} perturbs the conditioning state, but this run "
+                "has none; set model.state_dim (a generator-stage run with state), or drop generator.state_noise"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(dataclasses.asdict(self))
@@ -272,8 +278,11 @@ def identity(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_diff(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """`field: saved -> current` for each identity field that differs."""
+    """`field: saved -> current` for each identity field that differs. A field the saved config lacks
+    (it was written before the field existed) counts as its default, so an older run still resumes."""
     a, b = identity(saved), identity(current)
+    defaults = identity(TrainConfig().to_dict())
+    a = {**{k: v for k, v in defaults.items() if k in b and k not in a}, **a}
     return [
         f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}"
         for k in sorted(set(a) | set(b))

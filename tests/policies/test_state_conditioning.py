@@ -233,12 +233,18 @@ def test_state_noise_perturbs_only_real_state_dims_and_only_in_training(state_wo
     noisy = StageLoss(world.model, None, dataclasses.replace(
         cfg, generator=dataclasses.replace(cfg.generator, state_noise=0.5)))  # fmt: skip
     plan = {"modes": ["policy"] * 8, "noise_seed": 7, "norm": 8}
-    with torch.no_grad():
-        noisy.eval(), clean.eval()
-        assert torch.equal(noisy(batch, plan)[0], clean(batch, plan)[0])  # validation: clean state
-        noisy.train(), clean.train()
-        a, b = noisy(batch, plan)[0], clean(batch, plan)[0]
-        assert not torch.equal(a, b)
-        # the same loss as the clean module given the noised state by hand: only the state changed
-        torch.testing.assert_close(a, clean(noisy_state(batch, 0.5, 7), plan)[0])
-    clean.eval()  # the module-scoped model goes back to eval mode for the tests after this one
+    try:
+        with torch.no_grad():
+            noisy.eval(), clean.eval()
+            assert torch.equal(noisy(batch, plan)[0], clean(batch, plan)[0])  # validation: clean state
+            noisy.train(), clean.train()
+            a, b = noisy(batch, plan)[0], clean(batch, plan)[0]
+            assert not torch.equal(a, b)
+            # the same loss as the clean module given the noised state by hand: only the state changed
+            torch.testing.assert_close(a, clean(noisy_state(batch, 0.5, 7), plan)[0])
+    finally:
+        clean.eval()  # the module-scoped model goes back to eval mode for the tests after this one
+    with pytest.raises(
+        ValueError, match="state_noise=0.1 perturbs the conditioning state, but this run has none"
+    ):
+        compose_state("unused", "unused", "model.state_dim=null", "generator.state_noise=0.1")

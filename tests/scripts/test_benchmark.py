@@ -164,3 +164,27 @@ def test_table_pools_each_arm_over_tasks_and_shows_the_instruction_pass():
     assert "| all 2 tasks | ours | 70/100 = 70% | 60%-78% |" in text
     assert "| all 2 tasks | act | 70/100 = 70% | 60%-78% |" in text
     assert "all 1 tasks" not in table([r("a", "ours", 40, 6.2)])
+
+
+def test_an_output_folder_from_before_the_new_options_still_resumes(tmp_path):
+    """Its run.json has no state_noise / ensemble in the variant: the defaults leave them out of the
+    identity, so the same command resumes it; setting either is another run."""
+    import dataclasses
+
+    from cosmos3_robot.scripts.benchmark import VARIANTS, variant_identity
+    from cosmos3_robot.scripts.common import claim_output
+
+    v = VARIANTS["metaworld"]
+    old = {k: x for k, x in dataclasses.asdict(v).items() if k not in ("state_noise", "ensemble")}
+    config = {"table": "policies", "variant": old | {"episodes": None}, "vae": None, "datasets": {}}
+    claim_output(tmp_path / "run", "benchmark policies", config)
+    now = {**config, "variant": variant_identity(v) | {"episodes": None}}
+    assert claim_output(tmp_path / "run", "benchmark policies", now)["config"] == json.loads(
+        json.dumps(config)
+    )
+    other = {
+        **config,
+        "variant": variant_identity(dataclasses.replace(v, ensemble=0.01)) | {"episodes": None},
+    }
+    with pytest.raises(ValueError, match="belongs to another run"):
+        claim_output(tmp_path / "run", "benchmark policies", other)

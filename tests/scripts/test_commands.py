@@ -65,6 +65,17 @@ def test_rollout_bad_inputs_are_one_line_errors(tiny_world, tmp_path, capsys):
     # the tiny model trained the four design modes, not action_policy: refused before any episode
     assert run([*base, "--env", "cosmos3_robot/Reach-v0", "--policy-mode", "action_policy"]) == 2
     assert "never trained in mode 'action_policy'" in capsys.readouterr().err
+    nothing = [
+        "rollout",
+        "--policy",
+        "random",
+        "--env",
+        "cosmos3_robot/Reach-v0",
+        "--out",
+        str(tmp_path / "n"),
+    ]
+    assert run([*nothing, "--ensemble", "0.01"]) == 2
+    assert "--policy random plans none: drop --ensemble" in capsys.readouterr().err
 
 
 def test_evaluate_writes_per_horizon_metrics_curves_and_clips(tiny_world, tmp_path, capsys):

@@ -209,3 +209,19 @@ def test_under_a_minutes_budget_the_schedule_spans_the_steps_the_time_allows(tmp
     assert t._schedule_length() == 50
     t.cfg.steps, t.train_seconds = 1000, 120.0  # past the time already: the schedule ends here
     assert t._schedule_length() == 11
+
+
+def test_a_checkpoint_from_before_a_new_config_field_still_resumes():
+    """A saved config that lacks a field added later (generator.state_noise) counts it at its default;
+    a run that sets it otherwise is still refused, naming the field."""
+    from cosmos3_robot.training.config import TrainConfig, config_diff
+
+    current = TrainConfig().to_dict()
+    saved = TrainConfig().to_dict()
+    del saved["generator"]["state_noise"]
+    assert config_diff(saved, current) == []
+    noisy = TrainConfig().to_dict()
+    noisy["generator"]["state_noise"] = 0.1
+    assert config_diff(saved, noisy) == ["generator.state_noise: 0.0 -> 0.1"]
+    saved["generator"]["prompt_dropout"] = 0.3  # a field both have still counts
+    assert config_diff(saved, current) == ["generator.prompt_dropout: 0.3 -> 0.1"]
