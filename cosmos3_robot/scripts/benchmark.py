@@ -44,6 +44,7 @@ from pathlib import Path
 
 from cosmos3_robot.envs import METAWORLD_IDS
 from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.scripts.bench_table import table, write_table
 from cosmos3_robot.scripts.common import (
     HelpFormatter,
     add_threads_option,
@@ -236,13 +237,6 @@ def vae_latent_channels(vae: Path) -> int:
     return int(json.loads((vae / "config.json").read_text())["z_dim"])
 
 
-def write_table(out: Path, text: str) -> None:
-    """A benchmark's last step: table.md beside results.json, and both on stdout."""
-    (out / "table.md").write_text(text)
-    print(text, end="")
-    print(f"results: {out / 'results.json'}")
-
-
 def check_fits_env(root: Path, env_id: str, image_size: int, needs: tuple[str, ...] = ()) -> dict[str, int]:
     """The widths of the dataset's observation.state and of the features `needs`, after checking that it
     has them and that its actions and frames fit the env."""
@@ -280,8 +274,7 @@ def dataset_needs(v: Variant) -> tuple[str, ...]:
     return ("observation.environment_state",) if "ours-estimator" in v.arms else ()
 
 
-# Variant fields added after runs were written, with the value those runs had: left out of a run's
-# identity while they hold it, so an older output folder still resumes.
+# Fields added after runs were written, at the value those runs had: left out of the run's identity.
 LATER_FIELDS = {"state_noise": 0.0, "ensemble": None}
 
 
@@ -386,39 +379,6 @@ def row(task: str, arm: str, train: dict, res: dict) -> dict:
         "eval_seeds": [EVAL_SEED, EVAL_SEED + res["episodes"] - 1],
         **{k: train[k] for k in ("estimator_steps", "estimator_held_out_mae") if k in train},
     }  # fmt: skip
-
-
-def table(rows: list[dict]) -> str:
-    """One line per task and arm; with several tasks, one more per arm over all of them (episodes
-    pooled, so the rate is the mean over tasks when every task has the same number of episodes; its
-    interval is over these tasks' episodes, not a claim about other tasks)."""
-    from cosmos3_robot.eval.metrics import wilson_interval
-
-    lines = [
-        "| task | policy | success | Wilson 95 % | latency p50 / p95 (ms) | instruction p50 (ms) "
-        "| training steps / minutes |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lo, hi = r["wilson95"]
-        lat = (
-            "n/a" if r["latency_p50_ms"] is None else f"{r['latency_p50_ms']:.0f} / {r['latency_p95_ms']:.0f}"
-        )
-        setup = "n/a" if r.get("setup_p50_ms") is None else f"{r['setup_p50_ms']:.1f}"
-        mins = "n/a" if r["train_seconds"] is None else f"{r['train_seconds'] / 60:.1f}"
-        lines.append(
-            f"| {r['task']} | {r['arm']} | {r['successes']}/{r['episodes']} = {r['success_rate']:.0%} | "
-            f"{lo:.0%}-{hi:.0%} | {lat} | {setup} | {r['train_steps']} / {mins} |"
-        )
-    if len({r["task"] for r in rows}) > 1:
-        for arm in dict.fromkeys(r["arm"] for r in rows):
-            mine = [r for r in rows if r["arm"] == arm]
-            k, n = sum(r["successes"] for r in mine), sum(r["episodes"] for r in mine)
-            lo, hi = wilson_interval(k, n)
-            lines.append(
-                f"| all {len(mine)} tasks | {arm} | {k}/{n} = {k / n:.0%} | {lo:.0%}-{hi:.0%} | | | |"
-            )
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
