@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from cosmos3_robot.policies.rollout import Chunk
+from cosmos3_robot.policies.runners import check_ensemble
 from cosmos3_robot.processors.data_state import OBS_KEYS
 
 SUPPORTED = ("act", "diffusion")
@@ -38,8 +39,9 @@ class LeRobotPolicy:
     def from_folder(cls, folder: str | Path, ensemble: float | None = None) -> LeRobotPolicy:
         """The checkpoint in `folder`. `ensemble=M` runs ACT with its temporal ensembling (LeRobot's
         `temporal_ensemble_coeff`: a chunk every step, the overlapping ones averaged with weights
-        w_i = exp(-M·i), i = 0 for the oldest chunk, so the oldest weighs most; M=0.01 is the ACT paper's), whatever `n_action_steps` it was
-        trained with; Diffusion Policy has none and is refused."""
+        w_i = exp(-M·i), i = 0 for the oldest chunk, so the oldest weighs most; M=0.01 is the ACT
+        paper's), whatever `n_action_steps` it was trained with; Diffusion Policy has none and is
+        refused."""
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
@@ -61,8 +63,7 @@ class LeRobotPolicy:
                     f"{folder} holds a {cfg.type!r} policy: LeRobot has temporal ensembling for ACT only; "
                     "drop --ensemble and use --execute"
                 )
-            if not (np.isfinite(ensemble) and ensemble >= 0):
-                raise ValueError(f"ensemble={ensemble} must be a finite weight decay >= 0 (ACT uses 0.01)")
+            check_ensemble(ensemble)
             cfg.temporal_ensemble_coeff, cfg.n_action_steps = float(ensemble), 1  # ACT needs both
         unknown = sorted(set(cfg.input_features) - set(OBS_KEYS))
         if unknown:

@@ -104,8 +104,8 @@ class PolicyRunner:
                 f"the model predicts one action every {g.action_step} dataset frames; a closed-loop "
                 "policy needs one per env step (train with action_hz = the dataset fps)"
             )
-        if self.ensemble is not None and not (np.isfinite(self.ensemble) and self.ensemble >= 0):
-            raise ValueError(f"ensemble={self.ensemble} must be a finite weight decay >= 0 (ACT uses 0.01)")
+        if self.ensemble is not None:
+            check_ensemble(self.ensemble)
         self.queue: deque[np.ndarray] = deque()
         self.plans: list[tuple[int, np.ndarray]] = []  # (step planned at, chunk), for ensembling
         self.t = 0  # env steps since reset
@@ -201,6 +201,12 @@ class PolicyRunner:
             self.last_plan_ms = (time.perf_counter() - t0) * 1e3
             self.add_plan(chunk)
         return self.next_action()
+
+
+def check_ensemble(weight: float) -> None:
+    """Refuse a temporal-ensembling weight that is not a finite decay >= 0 (ours and ACT's alike)."""
+    if not (np.isfinite(weight) and weight >= 0):
+        raise ValueError(f"ensemble={weight} must be a finite weight decay >= 0 (ACT uses 0.01)")
 
 
 def check_estimator(estimator: StateEstimator, world: WorldModel) -> None:

@@ -11,7 +11,7 @@ For every task: `record` the scripted expert with injected noise (env seeds 0 ..
 arm on that dataset for --minutes of training steps (ours: `train` with `minutes=`; ACT / Diffusion
 Policy: `train-baseline --minutes`), then `rollout` every arm on the same --episodes env seeds
 10000, 10001, ... (disjoint from the demonstrations). Every arm executes --execute actions of each
-chunk before re-planning (with --ensemble: re-plans every step and averages the overlapping chunks). The arms:
+chunk before re-planning (--ensemble: a plan every step, overlapping chunks averaged). The arms:
   ours            our model on the camera (a frozen video VAE) and the proprioceptive state
   ours-estimator  a state estimator (`train-estimator`, --estimator-minutes of the budget) reads the
                   scene state off the frame; our model, trained for the rest of the budget on the
@@ -129,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--ensemble", type=float, default=None, metavar="M",
-        help="roll out every arm with temporal ensembling (a chunk every step, overlapping chunks averaged "
-        "with weights exp(-M*i), i=0 for the oldest, which weighs most; M=0.01 is ACT's) instead of executing "
-        "--execute actions per chunk; ours and ACT only, not Diffusion Policy (default: the variant's)",
+        help="every arm re-plans each step and averages its overlapping chunks, weights exp(-M*i), i=0 the "
+        "oldest (weighs most; M=0.01 is ACT's), instead of executing --execute actions per chunk; ours "
+        "and ACT only, not Diffusion Policy (default: the variant's)",
     )  # fmt: skip
     p.add_argument(
         "--state-noise", type=float, default=None,

@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="temporal ensembling (ACT): re-plan every step and average the overlapping chunks with "
-        "weights exp(-M * i), i = 0 for the oldest, which weighs most; M=0.01 is ACT's (default: off, use --execute). Our "
-        "models and LeRobot ACT checkpoints (its own ensembler); not Diffusion Policy",
+        "weights exp(-M * i), i = 0 for the oldest, which weighs most; M=0.01 is ACT's (default: off, "
+        "use --execute). Our models and LeRobot ACT checkpoints (its own ensembler); not Diffusion Policy",
     )
     p.add_argument(
         "--estimator",

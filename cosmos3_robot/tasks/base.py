@@ -56,9 +56,7 @@ class ClipBatch:
     audio_valid: Tensor | None = None  # (B, Ns) bool
     state: Tensor | None = None  # (B, Ns_state, S) normalised proprioception at observed times, padded to S
     state_time: Tensor | None = None  # (B, Ns_state)
-    state_mask: Tensor | None = (
-        None  # (B, S) bool: real state dims (training data sets it; None at inference)
-    )
+    state_mask: Tensor | None = None  # (B, S) bool: real state dims (set in training; None at inference)
     # With a frame shown to the Reasoner (one per sample, before the instruction): the ViT inputs
     # `pixel_values`, `image_grid_thw`, `vision_token_ids` (encoders/vision_inputs.image_text_prompts).
     images: dict[str, Any] = field(default_factory=dict)
