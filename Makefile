@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: venv demo test test-slow lint format bench bench-policies bench-policies-smoke bench-imagination \
-	bench-imagination-smoke bench-labels bench-labels-smoke bench-metaworld bench-metaworld-smoke reproduce-reach clean
+	bench-imagination-smoke bench-labels bench-labels-smoke bench-labels-metaworld bench-metaworld bench-metaworld-smoke reproduce-reach clean
 
 venv: $(STAMP)
 
@@ -108,6 +108,10 @@ bench-labels-smoke: venv
 bench-labels: venv
 	@test -n "$(VAE)" || { echo "error: give the frozen VAE: make bench-labels VAE=DIR (the vae/ folder of train-vae)" >&2; exit 2; }
 	$(VENV)/bin/cosmos3-robot benchmark labels --variant full --vae $(VAE) --out $(LABELS_OUT) --no-progress
+
+# Three Meta-World tasks, the frame-to-frame labeller, ACT on true actions and on labels; ~70 min a task.
+bench-labels-metaworld: venv
+	$(VENV)/bin/cosmos3-robot benchmark labels --variant metaworld --labeller frames --out $(LABELS_OUT)-metaworld --no-progress
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

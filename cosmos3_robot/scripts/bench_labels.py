@@ -2,6 +2,8 @@
 
     cosmos3-robot benchmark labels --variant smoke --out runs/labels-smoke       (a few minutes)
     cosmos3-robot benchmark labels --variant full --out runs/labels --vae VAE_DIR
+    cosmos3-robot benchmark labels --variant metaworld --labeller frames --out runs/labels-mw
+                                                      (3 Meta-World tasks, about 70 minutes each)
 
 Per task: record the noisy scripted expert twice, on disjoint env seeds: a labelled set (seeds
 0 .. L-1, L = --labelled of the --demos) that trains the labeller for --minutes (our model,
@@ -9,7 +11,8 @@ Per task: record the noisy scripted expert twice, on disjoint env seeds: a label
 set (seeds L .. demos-1) whose actions the labeller replaces (`label --check`, which also scores
 the labels against the true actions). The same policy (--arm, LeRobot's ACT by default) is then
 trained for --minutes on the policy set twice, once with the true actions and once with the labels,
-and both are rolled out on the same --episodes held-out env seeds 10000, 10001, ... The figure is success(labels) / success(true actions); the target is >= 0.9.
+and both are rolled out on the same --episodes held-out env seeds 10000, 10001, ..., beside uniform
+random actions (the floor). The figure is success(labels) / success(true actions); the target is >= 0.9.
 One difference besides the actions: `label` writes its dataset through LeRobot's writer, so the
 labelled copy's frames are encoded a second time (the true-action policy reads the recording's).
 
@@ -19,7 +22,8 @@ Writes into --out:
                  both sets and of the rollouts, and the commit
   table.md       the same as a Markdown table
   TASK/          labelled/ and policy/ (recorded), relabelled/ (the labels), labeller/, true/ and
-                 labels/ (the training runs; each has rollout/results.json with every episode)
+                 labels/ (the training runs; each has rollout/results.json with every episode),
+                 random/rollout/ (the floor)
 Every stage resumes: the same command continues where a stopped run left off.
 """
 
@@ -52,7 +56,14 @@ from cosmos3_robot.scripts.common import (
     success_cell,
 )
 
-LABELLED = {"smoke": 4, "full": 50}  # demonstrations with true actions, for the labeller
+LABELLED = {"smoke": 4, "full": 50, "metaworld": 50}  # demonstrations with true actions, for the labeller
+# Where a variant differs from `benchmark policies`' of the same name: on Meta-World the policy set
+# keeps that table's 100 demonstrations, and the tasks are three where ACT on the true actions
+# succeeded 50/50 there (benchmarks/README.md), so the ratio has room to show what labels lose.
+METAWORLD_LABEL_TASKS = ["faucet-open-v3", "handle-press-v3", "door-close-v3"]
+DEFAULTS = {
+    "metaworld": {"demos": 150, "tasks": [f"cosmos3_robot/MetaWorld-{t}" for t in METAWORLD_LABEL_TASKS]}
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,8 +99,11 @@ def resolve(args: argparse.Namespace) -> tuple[Variant, int]:
     """The variant and the labelled count, with the command line's overrides; bad input refused here."""
     from cosmos3_robot.scripts import benchmark
 
-    ns = argparse.Namespace(variant=args.variant, tasks=args.tasks, demos=args.demos, episodes=args.episodes,
-                            minutes=args.minutes, arms=["ours"], vae=args.vae, dataset=[])  # fmt: skip
+    given = {"tasks": args.tasks, "demos": args.demos}
+    given = {k: DEFAULTS.get(args.variant, {}).get(k) if x is None else x for k, x in given.items()}
+    # arms: the policy trained twice; `benchmark.resolve` refuses an `ours` arm without a VAE.
+    ns = argparse.Namespace(variant=args.variant, **given, episodes=args.episodes, minutes=args.minutes,
+                            arms=[args.arm], vae=args.vae, dataset=[])  # fmt: skip
     if args.vae is None and args.variant != "smoke" and (args.labeller == "model" or args.arm == "ours"):
         raise ValueError(
             "the labeller (our model) needs a frozen video VAE: --vae FOLDER (the vae/ folder of "
@@ -165,6 +179,7 @@ def train_policy(
 def run_task(args: argparse.Namespace, v: Variant, labelled: int, task: str, progress: bool) -> dict:
     from cosmos3_robot.envs.record import record_dataset
     from cosmos3_robot.scripts import label
+    from cosmos3_robot.scripts import rollout as rollout_script
 
     folder = args.out / slug(task)
     sets = {"labelled": (0, labelled), "policy": (labelled, v.demos - labelled)}
@@ -194,20 +209,29 @@ def run_task(args: argparse.Namespace, v: Variant, labelled: int, task: str, pro
         row[name] = {k: res[k] for k in ("episodes", "successes", "success_rate", "wilson95")} | {
             "train_steps": train["steps"]
         }
+    # The floor: uniform random actions on the same seeds. A task that chance solves often would let
+    # poor labels look good; the label figures beside the ratio tell the rest.
+    print(f"[{task}] the floor: random actions on the same {v.episodes} seeds ...", flush=True)
+    rollout_script.main(["--policy", "random", "--env", task, "--episodes", str(v.episodes), "--seed",
+                         str(EVAL_SEED), "--out", str(folder / "random" / "rollout"), "--no-video",
+                         *(["--no-progress"] if not progress else [])])  # fmt: skip
+    res = json.loads((folder / "random" / "rollout" / "results.json").read_text())
+    row["random"] = {k: res[k] for k in ("episodes", "successes", "success_rate", "wilson95")}
     t, lab = row["true"]["success_rate"], row["labels"]["success_rate"]
     row["ratio"] = None if t == 0 else lab / t  # undefined when the true-action policy never succeeds
     return row
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| task | policy | true actions | labels | ratio | label MSE (mean action) / R² |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| task | policy | true actions | labels | ratio | label MSE (mean action) / R² | random actions |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         cell = [success_cell(r[k]) for k in ("true", "labels")]
         ratio = "undefined" if r["ratio"] is None else f"{r['ratio']:.2f}"
         q = r["label_quality"]
+        floor = success_cell(r["random"]) if "random" in r else "not run"  # rows from before the floor
         lines.append(f"| {r['task']} | {r['arm']} | {cell[0]} | {cell[1]} | {ratio} | "
-                     f"{q['mse']:.3f} ({q['mean_action_mse']:.3f}) / {q['r2']:.2f} |")  # fmt: skip
+                     f"{q['mse']:.3f} ({q['mean_action_mse']:.3f}) / {q['r2']:.2f} | {floor} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

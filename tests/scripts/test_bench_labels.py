@@ -31,6 +31,29 @@ def test_bad_input_is_refused_before_any_work(tmp_path, capsys, argv, message):
     assert not out.exists()
 
 
+def test_frame_labeller_needs_no_vae_and_metaworld_keeps_the_policy_tables_demonstrations():
+    """--labeller frames with ACT needs no VAE on any variant; the metaworld variant's policy set is
+    the 100 demonstrations of `benchmark policies --variant metaworld`, after 50 labelled ones."""
+    from cosmos3_robot.scripts import bench_labels, benchmark
+
+    def resolved(*argv):
+        return bench_labels.resolve(bench_labels.build_parser().parse_args(["--out", "unused", *argv]))
+
+    v, labelled = resolved("--variant", "full", "--labeller", "frames")
+    assert labelled == 50 and v.demos == 150
+    v, labelled = resolved("--variant", "metaworld", "--labeller", "frames")
+    policies = benchmark.VARIANTS["metaworld"]
+    assert v.demos - labelled == policies.demos == 100 and labelled == 50
+    assert set(v.tasks) < set(policies.tasks) and len(v.tasks) == 3
+    assert (v.minutes, v.execute, v.image_size) == (policies.minutes, policies.execute, policies.image_size)
+    v, _ = resolved(
+        "--variant", "metaworld", "--labeller", "frames", "--tasks", "cosmos3_robot/MetaWorld-reach-v3"
+    )
+    assert v.tasks == ["cosmos3_robot/MetaWorld-reach-v3"]
+    with pytest.raises(ValueError, match="needs a frozen video VAE"):
+        resolved("--variant", "metaworld", "--labeller", "frames", "--arm", "ours")
+
+
 @pytest.mark.slow
 def test_smoke_table_end_to_end(tmp_path, capsys):
     """Two disjoint recorded sets, a labeller, labels scored against the true actions, ACT trained on
@@ -94,5 +117,9 @@ def test_smoke_with_the_frame_labeller_needs_no_vae_and_scores_every_frame(tmp_p
     q = row["label_quality"]
     info = json.loads((out / "reach-v0" / "policy" / "meta" / "info.json").read_text())
     assert q["frames"] == info["total_frames"] and q["mean_action_mse"] > 0
+    floor = json.loads((out / "reach-v0" / "random" / "rollout" / "results.json").read_text())
+    assert [e["seed"] for e in floor["episodes_detail"]] == [10_000]  # the policies' held-out seed
+    assert row["random"]["successes"] == floor["successes"] and row["random"]["episodes"] == 1
+    assert (out / "table.md").read_text().splitlines()[0].endswith("| random actions |")
     report = json.loads((out / "reach-v0" / "relabelled" / "meta" / "cosmos3_label.json").read_text())
     assert report["config"]["labeller"].endswith("labeller") and report["config"]["model"] is None
