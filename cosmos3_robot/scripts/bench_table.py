@@ -43,3 +43,74 @@ def table(rows: list[dict]) -> str:
                 f"| all {len(mine)} tasks | {arm} | {k}/{n} = {k / n:.0%} | {lo:.0%}-{hi:.0%} | | | |"
             )
     return "\n".join(lines) + "\n"
+
+
+def suite_table(runs: list[tuple[str, dict]], suite: list[str]) -> tuple[str, dict]:
+    """Success per task of `suite` and arm, from several `benchmark policies` runs (`(name, summary)`:
+    a results file's name and its `summary`), then each arm's mean over the suite's tasks it ran.
+
+    A task's id is matched by its last part (`cosmos3_robot/MetaWorld-door-close-v3` is
+    `door-close-v3`). Runs must share the rollout setting (execute, ensemble) and the evaluation seeds,
+    and a task and arm may come from one run only: figures of two settings are not pooled, nor is a
+    choice between two measurements of the same arm made here."""
+    if not runs:
+        raise ValueError("give at least one results file of `benchmark policies`")
+    settings = {name: _setting(summary) for name, summary in runs}
+    if len(set(settings.values())) > 1:
+        shown = "; ".join(f"{n}: {s}" for n, s in settings.items())
+        raise ValueError(f"the runs differ in rollout setting or seeds and cannot share a table: {shown}")
+    cells: dict[tuple[str, str], dict] = {}
+    for name, summary in runs:
+        for r in summary["rows"]:
+            key = (r["task"].split("MetaWorld-")[-1], r["arm"])
+            if key in cells:
+                raise ValueError(
+                    f"{key[0]} / {key[1]} is in both {cells[key]['run']} and {name}: list only one of them"
+                )
+            cells[key] = {**r, "run": name}
+    arms = list(dict.fromkeys(arm for _, arm in cells))
+    ran = [t for t in suite if any((t, a) in cells for a in arms)]
+    lines = ["| task | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for t in ran:
+        lines.append(f"| {t} | " + " | ".join(_cell(cells.get((t, a))) for a in arms) + " |")
+    means = {}
+    for a in arms:
+        mine = [cells[(t, a)] for t in ran if (t, a) in cells]
+        k, n = sum(r["successes"] for r in mine), sum(r["episodes"] for r in mine)
+        rate = sum(r["success_rate"] for r in mine) / len(mine) if mine else None
+        means[a] = {"tasks": len(mine), "mean_success_rate": rate, "successes": k, "episodes": n,
+                    "pooled_wilson95": list(wilson_interval(k, n)) if n else None}  # fmt: skip
+    lines.append(
+        f"| mean over the tasks run ({len(ran)} of {len(suite)}) | "
+        + " | ".join(map(_mean_cell, means.values()))
+        + " |"
+    )
+    missing = [t for t in suite if t not in ran]
+    if missing:
+        lines.append(f"\nNot run yet: {', '.join(missing)}.")
+    summary = {
+        "suite": suite, "tasks_run": ran, "tasks_missing": missing, "setting": next(iter(settings.values())),
+        "runs": [name for name, _ in runs], "means": means,
+        "cells": {f"{t}/{a}": cells[(t, a)] for t in ran for a in arms if (t, a) in cells},
+    }  # fmt: skip
+    return "\n".join(lines) + "\n", summary
+
+
+def _setting(summary: dict) -> str:
+    v = summary["variant"]
+    seeds = {tuple(r["eval_seeds"]) for r in summary["rows"]}
+    return f"execute {v.get('execute')}, ensemble {v.get('ensemble')}, seeds {sorted(seeds)}"
+
+
+def _mean_cell(m: dict) -> str:
+    if m["mean_success_rate"] is None:
+        return "n/a"
+    lo, hi = m["pooled_wilson95"]
+    return f"{m['mean_success_rate']:.1%} ({m['successes']}/{m['episodes']} pooled, {lo:.0%}-{hi:.0%})"
+
+
+def _cell(r: dict | None) -> str:
+    if r is None:
+        return "not run"
+    lo, hi = r["wilson95"]
+    return f"{r['successes']}/{r['episodes']} ({lo:.0%}-{hi:.0%})"
