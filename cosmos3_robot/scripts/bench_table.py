@@ -37,12 +37,17 @@ def table(rows: list[dict]) -> str:
     if len({r["task"] for r in rows}) > 1:
         for arm in dict.fromkeys(r["arm"] for r in rows):
             mine = [r for r in rows if r["arm"] == arm]
-            k, n = sum(r["successes"] for r in mine), sum(r["episodes"] for r in mine)
-            lo, hi = wilson_interval(k, n)
+            k, n, (lo, hi) = pooled(mine)
             lines.append(
                 f"| all {len(mine)} tasks | {arm} | {k}/{n} = {k / n:.0%} | {lo:.0%}-{hi:.0%} | | | |"
             )
     return "\n".join(lines) + "\n"
+
+
+def pooled(rows: list[dict]) -> tuple[int, int, tuple[float, float] | None]:
+    """Successes and episodes summed over `rows`, and their Wilson 95 % interval (None for none)."""
+    k, n = sum(r["successes"] for r in rows), sum(r["episodes"] for r in rows)
+    return k, n, wilson_interval(k, n) if n else None
 
 
 def suite_table(runs: list[tuple[str, dict]], suite: list[str]) -> tuple[str, dict]:
@@ -76,10 +81,10 @@ def suite_table(runs: list[tuple[str, dict]], suite: list[str]) -> tuple[str, di
     means = {}
     for a in arms:
         mine = [cells[(t, a)] for t in ran if (t, a) in cells]
-        k, n = sum(r["successes"] for r in mine), sum(r["episodes"] for r in mine)
+        k, n, interval = pooled(mine)
         rate = sum(r["success_rate"] for r in mine) / len(mine) if mine else None
         means[a] = {"tasks": len(mine), "mean_success_rate": rate, "successes": k, "episodes": n,
-                    "pooled_wilson95": list(wilson_interval(k, n)) if n else None}  # fmt: skip
+                    "pooled_wilson95": list(interval) if n else None}  # fmt: skip
     lines.append(
         f"| mean over the tasks run ({len(ran)} of {len(suite)}) | "
         + " | ".join(map(_mean_cell, means.values()))
