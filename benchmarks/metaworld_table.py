@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosmos3_robot.envs.metaworld import AVDC_TASKS  # noqa: E402
+from cosmos3_robot.envs.metaworld import AVDC_TASKS, env_id  # noqa: E402
 from cosmos3_robot.files import write_json_atomic  # noqa: E402
 from cosmos3_robot.scripts.bench_table import suite_table  # noqa: E402
 from cosmos3_robot.scripts.common import commit  # noqa: E402
@@ -30,7 +30,7 @@ for path in a.results:
         raise SystemExit(f"{path} is not a results file of `benchmark policies` (no rows / variant)")
     runs.append((path.name, summary))
 try:
-    text, figures = suite_table(runs, AVDC_TASKS)
+    text, figures = suite_table(runs, {env_id(t): t for t in AVDC_TASKS})
 except ValueError as e:
     raise SystemExit(str(e)) from None
 print(text, end="")

@@ -50,14 +50,15 @@ def pooled(rows: list[dict]) -> tuple[int, int, tuple[float, float] | None]:
     return k, n, wilson_interval(k, n) if n else None
 
 
-def suite_table(runs: list[tuple[str, dict]], suite: list[str]) -> tuple[str, dict]:
+def suite_table(runs: list[tuple[str, dict]], suite: dict[str, str]) -> tuple[str, dict]:
     """Success per task of `suite` and arm, from several `benchmark policies` runs (`(name, summary)`:
     a results file's name and its `summary`), then each arm's mean over the suite's tasks it ran.
 
-    A task's id is matched by its last part (`cosmos3_robot/MetaWorld-door-close-v3` is
-    `door-close-v3`). Runs must share the rollout setting (execute, ensemble) and the evaluation seeds,
-    and a task and arm may come from one run only: figures of two settings are not pooled, nor is a
-    choice between two measurements of the same arm made here."""
+    `suite` maps each task's env id, as the runs record it, to the name the table shows it by. Rows of
+    tasks outside the suite are named under the table, not counted. Runs must share the rollout
+    setting (execute, ensemble) and the evaluation seeds, and a task and arm may come from one run
+    only: figures of two settings are not pooled, nor is a choice between two measurements of the
+    same arm made here."""
     if not runs:
         raise ValueError("give at least one results file of `benchmark policies`")
     settings = {name: _setting(summary) for name, summary in runs}
@@ -65,16 +66,21 @@ def suite_table(runs: list[tuple[str, dict]], suite: list[str]) -> tuple[str, di
         shown = "; ".join(f"{n}: {s}" for n, s in settings.items())
         raise ValueError(f"the runs differ in rollout setting or seeds and cannot share a table: {shown}")
     cells: dict[tuple[str, str], dict] = {}
+    outside: dict[str, None] = {}
     for name, summary in runs:
         for r in summary["rows"]:
-            key = (r["task"].split("MetaWorld-")[-1], r["arm"])
+            if r["task"] not in suite:
+                outside[r["task"]] = None
+                continue
+            key = (suite[r["task"]], r["arm"])
             if key in cells:
                 raise ValueError(
                     f"{key[0]} / {key[1]} is in both {cells[key]['run']} and {name}: list only one of them"
                 )
             cells[key] = {**r, "run": name}
     arms = list(dict.fromkeys(arm for _, arm in cells))
-    ran = [t for t in suite if any((t, a) in cells for a in arms)]
+    names = list(suite.values())
+    ran = [t for t in names if any((t, a) in cells for a in arms)]
     lines = ["| task | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for t in ran:
         lines.append(f"| {t} | " + " | ".join(_cell(cells.get((t, a))) for a in arms) + " |")
@@ -86,15 +92,17 @@ def suite_table(runs: list[tuple[str, dict]], suite: list[str]) -> tuple[str, di
         means[a] = {"tasks": len(mine), "mean_success_rate": rate, "successes": k, "episodes": n,
                     "pooled_wilson95": list(interval) if n else None}  # fmt: skip
     lines.append(
-        f"| mean over the tasks run ({len(ran)} of {len(suite)}) | "
+        f"| mean over the tasks run ({len(ran)} of {len(names)}) | "
         + " | ".join(map(_mean_cell, means.values()))
         + " |"
     )
-    missing = [t for t in suite if t not in ran]
+    missing = [t for t in names if t not in ran]
     if missing:
         lines.append(f"\nNot run yet: {', '.join(missing)}.")
+    if outside:
+        lines.append(f"\nOutside the suite, left out of this table: {', '.join(outside)}.")
     summary = {
-        "suite": suite, "tasks_run": ran, "tasks_missing": missing, "setting": next(iter(settings.values())),
+        "suite": names, "tasks_run": ran, "tasks_missing": missing, "tasks_outside": list(outside), "setting": next(iter(settings.values())),
         "runs": [name for name, _ in runs], "means": means,
         "cells": {f"{t}/{a}": cells[(t, a)] for t in ran for a in arms if (t, a) in cells},
     }  # fmt: skip

@@ -7,7 +7,7 @@ import pytest
 from cosmos3_robot.eval.metrics import wilson_interval
 from cosmos3_robot.scripts.bench_table import suite_table
 
-SUITE = ["a-v3", "b-v3", "c-v3"]
+SUITE = {f"cosmos3_robot/MetaWorld-{t}": t for t in ["a-v3", "b-v3", "c-v3"]}
 
 
 def run(cells: dict[tuple[str, str], int], execute: int = 2, ensemble=None, episodes: int = 50) -> dict:
@@ -58,3 +58,10 @@ def test_runs_that_cannot_share_a_table_are_refused(second, message):
 def test_no_runs_is_refused():
     with pytest.raises(ValueError, match="at least one results file"):
         suite_table([], SUITE)
+
+
+def test_a_task_outside_the_suite_is_named_and_left_out_of_the_means():
+    text, figures = suite_table([("r1", run({("a-v3", "ours"): 50, ("reach-v3", "ours"): 0}))], SUITE)
+    assert figures["means"]["ours"]["mean_success_rate"] == 1.0 and figures["tasks_run"] == ["a-v3"]
+    assert figures["tasks_outside"] == ["cosmos3_robot/MetaWorld-reach-v3"]
+    assert "Outside the suite, left out of this table: cosmos3_robot/MetaWorld-reach-v3." in text
