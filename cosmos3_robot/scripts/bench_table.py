@@ -90,7 +90,7 @@ def suite_table(runs: list[tuple[str, dict]], suite: dict[str, str]) -> tuple[st
         k, n, interval = pooled(mine)
         rate = sum(r["success_rate"] for r in mine) / len(mine) if mine else None
         means[a] = {"tasks": len(mine), "mean_success_rate": rate, "successes": k, "episodes": n,
-                    "pooled_wilson95": list(interval) if n else None}  # fmt: skip
+                    "pooled_wilson95": list(interval) if interval else None}  # fmt: skip
     lines.append(
         f"| mean over the tasks run ({len(ran)} of {len(names)}) | "
         + " | ".join(map(_mean_cell, means.values()))
@@ -102,8 +102,8 @@ def suite_table(runs: list[tuple[str, dict]], suite: dict[str, str]) -> tuple[st
     if outside:
         lines.append(f"\nOutside the suite, left out of this table: {', '.join(outside)}.")
     summary = {
-        "suite": names, "tasks_run": ran, "tasks_missing": missing, "tasks_outside": list(outside), "setting": next(iter(settings.values())),
-        "runs": [name for name, _ in runs], "means": means,
+        "suite": names, "tasks_run": ran, "tasks_missing": missing, "tasks_outside": list(outside),
+        "setting": next(iter(settings.values())), "runs": [name for name, _ in runs], "means": means,
         "cells": {f"{t}/{a}": cells[(t, a)] for t in ran for a in arms if (t, a) in cells},
     }  # fmt: skip
     return "\n".join(lines) + "\n", summary

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from cosmos3_robot.envs.metaworld import env_id
 from cosmos3_robot.eval.metrics import wilson_interval
 from cosmos3_robot.scripts.bench_table import suite_table
 
-SUITE = {f"cosmos3_robot/MetaWorld-{t}": t for t in ["a-v3", "b-v3", "c-v3"]}
+SUITE = {env_id(t): t for t in ["a-v3", "b-v3", "c-v3"]}
 
 
 def run(cells: dict[tuple[str, str], int], execute: int = 2, ensemble=None, episodes: int = 50) -> dict:
     rows = [
-        {"task": f"cosmos3_robot/MetaWorld-{t}", "arm": arm, "episodes": episodes, "successes": k,
+        {"task": env_id(t), "arm": arm, "episodes": episodes, "successes": k,
          "success_rate": k / episodes, "wilson95": list(wilson_interval(k, episodes)), "eval_seeds": [10000, 10049]}
         for (t, arm), k in cells.items()
     ]  # fmt: skip
