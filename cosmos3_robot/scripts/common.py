@@ -158,7 +158,8 @@ SMALL_TRAINER_HELP = {
     "lr": "peak learning rate (linear warmup, cosine to 5 %%)",
     "warmup": "warmup steps",
     "steps": "optimiser steps in all (a resumed run continues to this count; the cosine runs over it)",
-    "max_minutes": "stop (and save) after this wall time",
+    "max_minutes": "stop (and save) once the run has spent this wall time, resumes included (a rerun of a "
+    "finished run trains nothing more)",
     "eval_every": "steps between held-out evaluations",
     "save_every": "steps between checkpoints",
     "width": "channels of the first conv (a multiple of 8)",

@@ -3,7 +3,8 @@ data held in memory, bf16 autocast, linear warmup then cosine to 5 %, held-out s
 `eval_every` steps, and a single-file checkpoint plus the exported folder every `save_every` steps,
 when `steps` or `max_minutes` is reached. A rerun with the same output folder resumes: weights,
 optimiser, sampler state and history come back from the checkpoint, which is refused if it holds a
-model of other settings.
+model of other settings. `max_minutes` is the budget of the whole run, resumes included: a rerun of a
+run that spent it trains nothing more.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
     model_config = asdict(model.config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
     gen = torch.Generator().manual_seed(cfg.seed)
-    step, seconds, history = 0, 0.0, []
+    step, seconds, history, wall_before = 0, 0.0, [], 0.0
     if ckpt.exists():
         meta, tensors = read_one_file(ckpt)
         if meta[run.config_key] != model_config:
@@ -109,13 +110,20 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         model.load_state_dict(weights)
         gen.set_state(rng["sampler"])
         step, seconds, history = meta["step"], meta["train_seconds"], meta["history"]
+        # checkpoints from before wall_seconds was kept: their step time is the closest figure
+        wall_before = meta.get("wall_seconds", seconds)
         log(f"resuming {ckpt} at step {step}")
     start, t0 = step, time.time()
+
+    def spent() -> bool:  # the wall-time budget, over every invocation of this run
+        return cfg.max_minutes is not None and wall_before + time.time() - t0 > cfg.max_minutes * 60
+
     dtype = training_dtype(cfg.dtype)
     log(f"training steps in {dtype}" + (" (--dtype auto on this CPU)" if cfg.dtype == "auto" else ""))
 
     def save() -> None:
-        meta = {"step": step, "train_seconds": round(seconds, 1), "history": history,
+        wall = round(wall_before + time.time() - t0, 1)
+        meta = {"step": step, "train_seconds": round(seconds, 1), "wall_seconds": wall, "history": history,
                 run.config_key: model_config, "args": asdict(cfg), "data": run.info}  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
         save_one_file(ckpt, model.state_dict(), opt, {"sampler": gen.get_state()}, meta)
@@ -124,7 +132,10 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         write_json_atomic(out / "train_log.json", meta)
 
     loss_sum, loss_n = 0.0, 0
-    while step < cfg.steps:
+    done = spent()
+    if done:
+        log(f"--max-minutes {cfg.max_minutes} was spent by this run already (step {step}): nothing to train")
+    while step < cfg.steps and not done:
         tic = time.time()
         idx = torch.randint(run.samples, (cfg.batch_size,), generator=gen)
         for group in opt.param_groups:
@@ -137,7 +148,7 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         step += 1
         seconds += time.time() - tic
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-        out_of_time = cfg.max_minutes is not None and time.time() - t0 > cfg.max_minutes * 60
+        out_of_time = spent()
         if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
             was_training = model.training
             model.eval()

@@ -115,6 +115,29 @@ def test_train_estimator_on_a_recording_writes_a_folder_and_resumes(tiny_world, 
     assert second["steps_run"] == 2 and second["step"] == 6
 
 
+def test_a_minutes_budget_is_the_whole_runs_over_resumes(tiny_world, tmp_path):
+    """--max-minutes counts the wall time of every invocation: a rerun of a run that spent it trains
+    nothing (the benchmark harness reruns finished stages), a larger budget trains on from there."""
+    import json
+
+    from cosmos3_robot.training.estimator import EstimatorTrainConfig, train_estimator
+
+    _, root, _ = tiny_world
+    cfg = EstimatorTrainConfig(out=str(tmp_path / "run"), root=[str(root)], holdout_episodes=1, steps=10**6,
+                               max_minutes=0.005, eval_every=10**6, save_every=10**6, batch_size=4, width=8,
+                               keypoints=4)  # fmt: skip
+    first = train_estimator(cfg, {"command": "test"}, log=lambda s: None)
+    wall = json.loads((tmp_path / "run" / "train_log.json").read_text())["wall_seconds"]
+    assert first["steps_run"] >= 1 and wall >= 0.3
+    said = []
+    again = train_estimator(cfg, {"command": "test"}, log=said.append)
+    assert again["steps_run"] == 0 and again["step"] == first["step"]
+    assert any("--max-minutes 0.005 was spent by this run already" in s for s in said)
+    cfg.max_minutes = wall / 60 + 0.005
+    more = train_estimator(cfg, {"command": "test"}, log=lambda s: None)
+    assert more["steps_run"] >= 1 and more["step"] == first["step"] + more["steps_run"]
+
+
 def test_train_estimator_refuses_a_dataset_without_the_state(tmp_path):
     from cosmos3_robot.training.estimator import EstimatorTrainConfig, train_estimator
     from tests._data_fixtures import write_tiny_dataset
