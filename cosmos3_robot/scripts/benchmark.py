@@ -25,6 +25,7 @@ Writes into --out:
   results.json         per task and arm: success with a Wilson 95 % interval, control latency p50/p95
                        per chunk, training steps and seconds; the variant, seeds and commit
   table.md             the same as a Markdown table
+  record.json          results.json with every rollout's episodes and every arm's training log, whole
   TASK/data            the demonstrations (a LeRobot dataset; or --dataset ENV=ROOT's own)
   TASK/ARM/            the arm's training run; TASK/ARM/rollout/results.json has every episode
                        (ours-estimator: TASK/ours-estimator/{estimator,policy}/ and its rollout/)
@@ -43,7 +44,7 @@ import math
 from pathlib import Path
 
 from cosmos3_robot.envs import METAWORLD_IDS
-from cosmos3_robot.files import write_json_atomic
+from cosmos3_robot.scripts.bench_record import write_results
 from cosmos3_robot.scripts.bench_table import table, write_table
 from cosmos3_robot.scripts.common import (
     HelpFormatter,
@@ -443,8 +444,6 @@ def run_benchmark(
                 train = train_lerobot(arm, v, data, run, progress)
             print(f"[{task}] {arm}: {v.episodes} held-out episodes ...", flush=True)
             rows.append(row(task, arm, train, rollout(arm, task, v, run, progress)))
-            write_json_atomic(
-                args.out / "results.json", {**prov, "variant": dataclasses.asdict(v), "rows": rows}
-            )
+            write_results(args.out, {**prov, "variant": dataclasses.asdict(v), "rows": rows})
     write_table(args.out, table(rows))
     return 0

@@ -95,6 +95,11 @@ def test_smoke_table_end_to_end_and_resumed(tmp_path, capsys):
         episodes = json.loads((out / "reach-v0" / r["arm"] / "rollout" / "results.json").read_text())
         assert episodes["episodes_detail"][0]["seed"] == 10_000
     assert "| cosmos3_robot/Reach-v0 | act |" in (out / "table.md").read_text()
+    record = json.loads((out / "record.json").read_text())
+    assert record["summary"] == res and record["rollouts"]["reach-v0/act"]["episodes"] == 1
+    training = record["training"]
+    assert [training[f"reach-v0/{a}"]["kind"] for a in ("act", "diffusion")] == ["act", "diffusion"]
+    assert training["reach-v0/ours"]["last_train"]["step"] == res["rows"][0]["train_steps"]
     steps = [r["train_steps"] for r in res["rows"]]
     capsys.readouterr()
     assert main([*argv[:-5], "--episodes", "2", "--minutes", "0.25", "--no-progress"]) == 0
@@ -130,6 +135,9 @@ def test_the_estimator_arm_end_to_end(tmp_path):
     assert r["arm"] == "ours-estimator" and r["episodes"] == 1 and r["estimator_steps"] >= 1
     assert r["train_steps"] >= 1 and 25 <= r["train_seconds"] < 90  # estimator + policy: one budget
     run = out / "reach-v0" / "ours-estimator"
+    training = json.loads((out / "record.json").read_text())["training"]["reach-v0/ours-estimator"]
+    assert training["estimator"]["step"] == r["estimator_steps"]
+    assert training["policy"]["last_train"]["step"] == r["train_steps"]
     rollout = json.loads((run / "rollout" / "results.json").read_text())
     assert rollout["config"]["estimator"] == str(run / "estimator" / "estimator")
     assert rollout["config"]["ensemble"] == 0.01  # re-planned every step
