@@ -18,18 +18,22 @@ from pathlib import Path
 from cosmos3_robot.files import read_json, write_json_atomic
 
 
+def slug(task: str) -> str:
+    """The run folder's name for a task: `cosmos3_robot/Reach-v0` -> `reach-v0`."""
+    return task.split("/")[-1].lower()
+
+
 def write_results(out: Path, summary: dict) -> None:
     """results.json, then record.json built from it and the run folder (both atomic)."""
     write_json_atomic(out / "results.json", summary)
-    write_json_atomic(out / "record.json", run_record(out))
+    write_json_atomic(out / "record.json", run_record(out, summary))
 
 
-def run_record(out: Path) -> dict:
-    """The record of the run in `out`, over the rows its results.json holds so far."""
-    summary = read_json(out / "results.json", "the benchmark's results.json")
+def run_record(out: Path, summary: dict) -> dict:
+    """The record of the run in `out` whose results.json is `summary`, over the rows it holds."""
     rollouts, training = {}, {}
     for r in summary["rows"]:
-        key = f"{r['task'].split('/')[-1].lower()}/{r['arm']}"
+        key = f"{slug(r['task'])}/{r['arm']}"
         run = out / key
         rollouts[key] = read_json(run / "rollout" / "results.json", f"{key}'s rollout results")
         training[key] = training_record(run, r["arm"])

@@ -44,7 +44,7 @@ import math
 from pathlib import Path
 
 from cosmos3_robot.envs import METAWORLD_IDS
-from cosmos3_robot.scripts.bench_record import write_results
+from cosmos3_robot.scripts.bench_record import slug, write_results
 from cosmos3_robot.scripts.bench_table import table, write_table
 from cosmos3_robot.scripts.common import (
     HelpFormatter,
@@ -283,10 +283,6 @@ def variant_identity(v: Variant) -> dict:
     """The variant as a run's identity (`claim_output`): its fields, less LATER_FIELDS at their old value."""
     d = dataclasses.asdict(v)
     return {k: x for k, x in d.items() if not (k in LATER_FIELDS and x == LATER_FIELDS[k])}
-
-
-def slug(task: str) -> str:
-    return task.split("/")[-1].lower()
 
 
 def train_ours(v: Variant, data: Path, out: Path, vae: Path | None, state_dim: int | None, cache: Path,

@@ -110,21 +110,22 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         model.load_state_dict(weights)
         gen.set_state(rng["sampler"])
         step, seconds, history = meta["step"], meta["train_seconds"], meta["history"]
-        # checkpoints from before wall_seconds was kept: their step time is the closest figure
-        wall_before = meta.get("wall_seconds", seconds)
+        wall_before = meta.get("wall_seconds", seconds)  # older checkpoints: their step time
         log(f"resuming {ckpt} at step {step}")
     start, t0 = step, time.time()
 
-    def spent() -> bool:  # the wall-time budget, over every invocation of this run
-        return cfg.max_minutes is not None and wall_before + time.time() - t0 > cfg.max_minutes * 60
+    def wall() -> float:  # seconds of wall time over every invocation of this run
+        return wall_before + time.time() - t0
+
+    def spent() -> bool:
+        return cfg.max_minutes is not None and wall() > cfg.max_minutes * 60
 
     dtype = training_dtype(cfg.dtype)
     log(f"training steps in {dtype}" + (" (--dtype auto on this CPU)" if cfg.dtype == "auto" else ""))
 
     def save() -> None:
-        wall = round(wall_before + time.time() - t0, 1)
-        meta = {"step": step, "train_seconds": round(seconds, 1), "wall_seconds": wall, "history": history,
-                run.config_key: model_config, "args": asdict(cfg), "data": run.info}  # fmt: skip
+        meta = {"step": step, "train_seconds": round(seconds, 1), "wall_seconds": round(wall(), 1),
+                "history": history, run.config_key: model_config, "args": asdict(cfg), "data": run.info}  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
         save_one_file(ckpt, model.state_dict(), opt, {"sampler": gen.get_state()}, meta)
         run.export(out / run.folder, {**record, "step": step, "train_seconds": round(seconds, 1),
@@ -132,8 +133,7 @@ def run_small(run: SmallRun, record: dict, log=print) -> dict:
         write_json_atomic(out / "train_log.json", meta)
 
     loss_sum, loss_n = 0.0, 0
-    done = spent()
-    if done:
+    if done := spent():
         log(f"--max-minutes {cfg.max_minutes} was spent by this run already (step {step}): nothing to train")
     while step < cfg.steps and not done:
         tic = time.time()

@@ -39,7 +39,7 @@ def test_the_record_joins_results_rollouts_and_each_arms_training_log(tmp_path):
     write_results(tmp_path, summary)
     assert json.loads((tmp_path / "results.json").read_text()) == summary
     record = json.loads((tmp_path / "record.json").read_text())
-    assert record == run_record(tmp_path)
+    assert record == run_record(tmp_path, summary)
     assert record["summary"] == summary
     assert {k: r["successes"] for k, r in record["rollouts"].items()} == {
         "reach-v0/ours": 3, "reach-v0/ours-estimator": 2, "reach-v0/act": 1
@@ -62,6 +62,5 @@ def test_an_incomplete_or_corrupt_run_folder_is_named(tmp_path):
         write_results(tmp_path, summary)
     assert json.loads((tmp_path / "results.json").read_text()) == summary  # written before the record
     (tmp_path / "reach-v0" / "act" / "train_log.json").write_text('{"kind": "ac')
-    (tmp_path / "results.json").write_text(json.dumps({"rows": summary["rows"][2:]}))
     with pytest.raises(CheckpointError, match="act's train_log.json .* is not valid JSON"):
-        run_record(tmp_path)
+        run_record(tmp_path, {"rows": summary["rows"][2:]})
