@@ -1,5 +1,6 @@
 """Where one closed-loop plan of our policy spends its time: the state estimator, the VAE's encoding of
-the frame, the batch, the sampling request, the Generator calls and the rest of the sampler, timed
+the frame, the batch, the sampling request, the denoising steps (`MoT.step_velocity`: the step's
+tokens embedded, the Generator tower, the velocities read out) and the rest of the sampler, timed
 per plan over real episodes (the policy acting in the env, as `rollout` runs it). For choosing what
 to make faster toward issue 18's 50 ms per chunk; `rollout` stays the figure of record.
 
@@ -39,12 +40,16 @@ a = p.parse_args()
 world = WorldModel.from_folder(a.model)
 world.set_linear_dtype(a.linear_dtype)
 if a.compile:
-    world.compile_generator(a.linear_dtype)
+    world.compile(a.linear_dtype)
 estimator = None
 if a.estimator is not None:
     from cosmos3_robot.encoders.state_estimator import load_estimator
 
     estimator = load_estimator(a.estimator)
+    if a.compile:
+        from cosmos3_robot.infra.compiled import compile_estimator
+
+        compile_estimator(estimator)
 policy = WorldModelPolicy(
     world, execute=a.execute, sampling=runners.SamplingConfig(steps=10), estimator=estimator
 )
@@ -71,7 +76,7 @@ if estimator is not None:
 timed(world, "encode_frames", "vae_encode")
 timed(world, "clip_batch", "clip_batch")
 timed(world.model, "prepare_request", "prepare_request")
-timed(world.model, "run_generator", "generator_call")
+timed(world.model, "step_velocity", "denoising_step")
 timed(runners, "sample_mode", "sample")
 timed(policy.runner, "plan", "plan_after_estimate")
 
@@ -82,22 +87,22 @@ for e in range(a.episodes):
     run_episode(env, policy, a.seed + e)
     phases.setdefault("chunk (as rollout times it)", []).extend(c.latency_ms for c in policy.chunks)
 env.close()
-calls = len(phases["generator_call"]) / len(phases["sample"])
+calls = len(phases["denoising_step"]) / len(phases["sample"])
 stats = {k: latency_stats(v) for k, v in phases.items()}
 sampler_rest = [
-    s - r - calls * stats["generator_call"]["p50_ms"]
+    s - r - calls * stats["denoising_step"]["p50_ms"]
     for s, r in zip(phases["sample"], phases["prepare_request"], strict=True)
 ]
 result = {
     "command": " ".join(sys.argv), "commit": commit(), "env": a.env, "seeds": [a.seed, a.seed + a.episodes - 1],
-    "linear_dtype": a.linear_dtype, "compile": a.compile, "generator_calls_per_plan": calls,
+    "linear_dtype": a.linear_dtype, "compile": a.compile, "denoising_steps_per_plan": calls,
     "phases_ms": stats, "sampler_rest_per_plan_ms_p50": latency_stats(sampler_rest)["p50_ms"],
 }  # fmt: skip
 for k, s in stats.items():
     print(f"{k:28s} calls {s['calls']:5d}  min {s['min_ms']:6.2f}  p50 {s['p50_ms']:6.2f}  "
           f"p95 {s['p95_ms']:6.2f}  max {s['max_ms']:7.2f} ms")  # fmt: skip
 rest = result["sampler_rest_per_plan_ms_p50"]
-print(f"sampler outside the Generator calls and the request, per plan (p50): {rest:.2f} ms")
+print(f"sampler outside the denoising steps and the request, per plan (p50): {rest:.2f} ms")
 if a.out is not None:
     write_json_atomic(a.out, result)
     print(f"written: {a.out}")

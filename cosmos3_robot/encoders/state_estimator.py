@@ -124,10 +124,14 @@ class StateEstimator(nn.Module):
         return self.words(torch.tensor([j for i in ids for j in i]), offsets)
 
     def forward(self, frames: Tensor, tasks: list[str]) -> Tensor:
+        return self.read(frames, self.embed_tasks(tasks))
+
+    def read(self, frames: Tensor, words: Tensor) -> Tensor:
+        """frames uint8 (B, 3, H, W) and the instructions' word embeddings (B, embed) -> normalised
+        state (B, state_dim). `infra/compiled.compile_estimator` replaces it by its compiled form."""
         x = frames.float() / 127.5 - 1.0
         for conv, norm in zip(self.convs[:-1], self.norms[:-1], strict=True):
             x = F.relu(norm(conv(x)))
-        words = self.embed_tasks(tasks)
         scale, shift = self.film(words)[:, :, None, None].chunk(2, dim=1)
         x = F.relu(self.norms[-1](self.convs[-1](x)) * (1 + scale) + shift)
         with torch.autocast(x.device.type, enabled=False):  # positions in fp32 under a bf16 autocast

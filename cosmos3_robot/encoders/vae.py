@@ -311,8 +311,13 @@ class VideoVAE(nn.Module):
         """
         x = self.frames_to_input(frames)  # (B, 3, T, H, W)
         with torch.set_grad_enabled(not self._frozen and torch.is_grad_enabled()):
-            mu = self.autoencoder.encode(x).latent_dist.mode()  # (B, C, T_lat, h, w)
+            mu = self.posterior_mean(x)  # (B, C, T_lat, h, w)
         return self.normalize(mu)
+
+    def posterior_mean(self, x: Tensor) -> Tensor:
+        """The autoencoder's input (B, 3, T, H, W) in [-1, 1], validated -> its posterior mean
+        (B, C, T_lat, h, w). `infra/compiled.compile_encoder` replaces it by its compiled form."""
+        return self.autoencoder.encode(x).latent_dist.mode()
 
     def decode(self, latents: Tensor) -> Tensor:
         """latents (B, C, T_lat, h, w), normalised -> frames (B, 1 + 4(T_lat-1), 3, 16h, 16w) in [0, 1]."""

@@ -1,24 +1,31 @@
-"""The Generator tower through `torch.compile` (Inductor), for closed-loop control on a CPU.
+"""What a policy plan runs, through `torch.compile` (Inductor), for closed-loop control on a CPU.
 
-A denoising step of a policy plan is a few dozen tokens through every layer: its time is mostly the
-fixed cost of each kernel call and of the Python between them, not arithmetic (`benchmarks/README.md`,
-"Control latency"). Inductor traces `MoT.run_generator` once per input layout and emits one C++
-program per graph, with the element-wise work (norms, rotations, residuals, SiLU) fused and the frozen
-weights packed for oneDNN, so the per-call cost is paid once per fused kernel instead of once per op.
+A denoising step of a policy plan is a few dozen tokens through every layer: its time is the fixed
+cost of each kernel call and of the Python between them as much as arithmetic (`benchmarks/README.md`,
+"Control latency"). Inductor traces a function once per input layout and emits one C++ program per
+graph, with the element-wise work (norms, rotations, residuals, SiLU) fused, the frozen weights packed
+for oneDNN and the products that read one input (query, key, value; gate, up) concatenated, so the
+per-call cost is paid once per fused kernel instead of once per op.
 
-    world.compile_generator("bf16")   # or WorldModel.from_folder(...); then plan as usual
+    world.compile("bf16")   # WorldModel.from_folder(...); then plan as usual
 
+Two functions are compiled:
+  - `compile_generator`: `MoT.step_velocity`, one whole denoising step (the step's latents embedded,
+    the noise level's embedding added, the Generator tower, the velocities read out). σ arrives as its
+    embedding, a tensor, so one program serves every step of every plan of a layout;
+  - `compile_encoder`: the VAE's `posterior_mean`, and `compile_estimator`: a state estimator, both
+    in float32 (the same figures as eager, to float32 rounding: `tests/policies/test_policies.py`).
 What it costs and assumes:
   - a C++ compiler on the PATH; the first plan of each new layout (e.g. another instruction length)
-    compiles for about 20-30 s on 2 cores;
-  - the weights are frozen into the compiled program: it serves inference only, and a model whose
+    compiles for about 20-40 s on 2 cores;
+  - the weights are frozen into the compiled programs: they serve inference only, and a model whose
     weights change afterwards needs compiling again;
-  - `linear_dtype=torch.bfloat16` runs the tower under bf16 autocast: products, attention and the
+  - `linear_dtype=torch.bfloat16` runs the step under bf16 autocast: products, attention and the
     element-wise work between them in bf16 (where `cpu_pack`'s bf16 mode rounds only the products'
-    operands), the output back in float32.
-`cpu_pack`'s modules are undone on the Generator's modules only (each layer's Generator half and its
-final norm): Inductor packs those weights itself, and the fused C kernels (ctypes calls) would cut its
-graph. The Reasoner, the embeddings and the output heads stay as `cpu_pack` left them.
+    operands), the velocities back in float32.
+`cpu_pack`'s modules are undone on the modules a step reads (each layer's Generator half, its final
+norm, the video and audio projections): Inductor packs those weights itself, and the fused C kernels
+(ctypes calls) would cut its graph. The Reasoner and the time embedding stay as `cpu_pack` left them.
 """
 
 from __future__ import annotations
@@ -29,40 +36,81 @@ import torch
 
 from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES, unpack
 
+# Read when a graph compiles, which happens lazily inside a call (`options=` of torch.compile did not
+# reach freezing: measured 10 ms slower). freezing: weights as constants, packed once; cpp_wrapper:
+# the graph's kernels called from C++, not Python; enable_concat_linear: one product for the linears
+# that read one input (`benchmarks/README.md`, "Where a plan's time goes").
+INDUCTOR_OPTIONS = {"freezing": True, "cpp_wrapper": True, "cpp.enable_concat_linear": True}
+
 
 def compiler_available() -> bool:
     return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 
 
 def compile_generator(model, linear_dtype: torch.dtype | None = None) -> None:
-    """Replace `model.run_generator` (an `MoT`) by its compiled form, in place."""
+    """Replace `model.step_velocity` (an `MoT`) by its compiled form, in place."""
     if linear_dtype not in LINEAR_DTYPES.values():
         raise ValueError(f"linear_dtype must be one of {list(LINEAR_DTYPES)} (None or torch.bfloat16)")
-    if not compiler_available():
-        raise RuntimeError(
-            "compiling the Generator needs a C++ compiler (c++, g++ or clang++) on the PATH; install one "
-            "(Debian: apt-get install g++) or run without --compile"
-        )
-    import torch._inductor.config as inductor_config  # loads Inductor: only where a model is compiled
-
+    _require_compiler()
     for layer in model.layers:
         unpack(layer.dm)
-    unpack(model.norm_dm)
-    eager = type(model).run_generator.__get__(model)
+    for name in ("norm_dm", "video_in", "video_out", "audio_in", "audio_out"):
+        if hasattr(model, name):
+            unpack(getattr(model, name))
+    eager = type(model).step_velocity.__get__(model)
+    autocast = dict(device_type="cpu", dtype=linear_dtype or torch.bfloat16, enabled=linear_dtype is not None)
 
-    def run_generator(*args, **kwargs):
-        with (
-            torch.no_grad(),
-            torch.autocast("cpu", dtype=linear_dtype or torch.bfloat16, enabled=linear_dtype is not None),
-        ):
-            return eager(*args, **kwargs).float()
+    def step_velocity(*args, **kwargs):
+        with torch.no_grad(), torch.autocast(**autocast):
+            return {name: v.float() for name, v in eager(*args, **kwargs).items()}
 
-    compiled = torch.compile(run_generator)
+    # One program for every instruction: the Reasoner's keys vary in length with the instruction
+    # (a new colour name is a new length), so the step is compiled with that length symbolic.
+    model.step_velocity = _compiled(step_velocity, dynamic=None)
 
-    def run_compiled(*args, **kwargs):
-        # Freezing (weights as constants, packed once) is read when a graph compiles, which happens
-        # lazily inside a call; `options=` of torch.compile did not reach it (measured: 10 ms slower).
-        with inductor_config.patch(freezing=True):
+
+def compile_encoder(vae) -> None:
+    """Replace `vae.posterior_mean` (a `VideoVAE`) by its compiled form, in place, in float32."""
+    _require_compiler()
+    eager = type(vae).posterior_mean.__get__(vae)
+
+    def posterior_mean(x):
+        with torch.no_grad():
+            return eager(x)
+
+    vae.posterior_mean = _compiled(posterior_mean)
+
+
+def compile_estimator(estimator) -> None:
+    """Replace `estimator.read` (a `StateEstimator`) by its compiled form, in place, in float32."""
+    _require_compiler()
+    eager = type(estimator).read.__get__(estimator)
+
+    def read(frames, words):
+        with torch.no_grad():
+            return eager(frames, words)
+
+    estimator.read = _compiled(read)
+
+
+def _compiled(fn, dynamic: bool | None = False):
+    """`fn` compiled under `INDUCTOR_OPTIONS`: for static shapes (one program per layout), or with
+    `dynamic=None` as torch.compile's default (a size seen to change becomes symbolic)."""
+    import torch._inductor.config as inductor_config  # loads Inductor: only where a model is compiled
+
+    compiled = torch.compile(fn, dynamic=dynamic)
+    options = inductor_config.patch(dict(INDUCTOR_OPTIONS))  # made once: its class is built per patch()
+
+    def run(*args, **kwargs):
+        with options:
             return compiled(*args, **kwargs)
 
-    model.run_generator = run_compiled
+    return run
+
+
+def _require_compiler() -> None:
+    if not compiler_available():
+        raise RuntimeError(
+            "compiling needs a C++ compiler (c++, g++ or clang++) on the PATH; install one "
+            "(Debian: apt-get install g++) or run without --compile"
+        )

@@ -359,13 +359,23 @@ class MoT(nn.Module):
                 f"the plan was built for {tuple(plan.noisy.shape)} (batch, tokens) but the Generator input "
                 f"has {(gen.batch, gen.length)}; plan the input the steps see (both halves under guidance)"
             )
-        x = self._embed_latents(gen)
         t = plan.levels.get(sigma)
         if t is None:  # a level outside the planned schedule (in float32, as `_time_embedding`)
-            t = self._level_embedding(torch.full((1,), sigma, dtype=torch.float32, device=x.device))[0]
+            level = torch.full((1,), sigma, dtype=torch.float32, device=plan.noisy.device)
+            t = self._level_embedding(level)[0]
+        rope = rope if rope is not None else self._rope(self.generator_positions(cache, gen))
+        return self.step_velocity(cache, gen, plan, t, rope)
+
+    def step_velocity(
+        self, cache: ReasonerCache, gen: GenInput, plan: StepPlan, t: Tensor, rope: tuple[Tensor, Tensor]
+    ) -> dict[str, Tensor]:
+        """The tensor work of `denoise_step`, checked already: embed the step's latents, add the noise
+        level's embedding `t` (C,) to the noisy tokens, run the Generator, read the velocities. No
+        Python value varies between steps (σ arrives as its embedding), so `compile_generator` can
+        compile it as one program for every step of every plan of a layout."""
+        x = self._embed_latents(gen)
         x = torch.where(plan.noisy[..., None], x + t.to(x.dtype), x)
-        positions = self.generator_positions(cache, gen) if rope is None else None
-        h = self.run_generator(cache, x, positions, plan.dm_valid, rope, plan.outputs)
+        h = self.run_generator(cache, x, None, plan.dm_valid, rope, plan.outputs)
         return self._velocities(gen, h, plan.outputs, plan.wanted)
 
     @staticmethod

@@ -82,7 +82,7 @@ class WorldModel:
             )
         self.vit = vit.eval() if vit is not None else None
         self.encode_seconds = 0.0  # time spent in the VAE encoder (for throughput reports)
-        self.compiled: str | None = None  # the linear dtype of `compile_generator`, once called
+        self.compiled: str | None = None  # the linear dtype of `compile`, once called
 
     @classmethod
     def from_folder(cls, folder: str | Path, vae: VideoVAE | None = None) -> WorldModel:
@@ -117,12 +117,14 @@ class WorldModel:
         """Run the model's packed products in `name` ("fp32" or "bf16"; `infra/cpu_pack.py`)."""
         pack_for_cpu(self.model, self._linear_dtype(name))
 
-    def compile_generator(self, name: str = "fp32") -> None:
-        """Run the Generator tower compiled by `torch.compile`, its products in `name` ("fp32" or
-        "bf16"; `infra/compiled.py`): inference only, the weights frozen into the compiled program."""
-        from cosmos3_robot.infra.compiled import compile_generator
+    def compile(self, name: str = "fp32") -> None:
+        """Run what a plan runs compiled by `torch.compile` (`infra/compiled.py`): the Generator's
+        denoising step, its products in `name` ("fp32" or "bf16"), and the VAE's encoder in float32.
+        Inference only: the weights are frozen into the compiled programs."""
+        from cosmos3_robot.infra.compiled import compile_encoder, compile_generator
 
         compile_generator(self.model, self._linear_dtype(name))
+        compile_encoder(self.vae)
         self.compiled = name
 
     def _linear_dtype(self, name: str) -> torch.dtype | None:

@@ -100,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="run our model's Generator tower through torch.compile (needs a C++ compiler; the first plan "
-        "of each input layout compiles for about 20-30 s, then plans run faster), at --linear-dtype",
+        help="run what our model's plans run through torch.compile: the Generator's denoising step (at "
+        "--linear-dtype), the VAE's encoder and the --estimator (needs a C++ compiler; the first plan of "
+        "each input layout compiles for about 30-60 s, then plans run faster)",
     )
     p.add_argument("--image-size", type=int, default=None, help="env camera size (default: the model's)")
     p.add_argument("--rrd", action="store_true", help="also write a rerun recording per episode")
@@ -131,7 +132,7 @@ def _check(args: argparse.Namespace) -> None:
             f"--ensemble averages planned chunks; --policy {args.policy} plans none: drop --ensemble"
         )
     if args.compile and args.model is None:
-        raise ValueError("--compile compiles our model's Generator: it needs --model, not --policy")
+        raise ValueError("--compile compiles our model: it needs --model, not --policy")
     if args.compile:
         from cosmos3_robot.infra.compiled import compiler_available
 
@@ -178,7 +179,7 @@ def make_policy(args: argparse.Namespace):
     if world.actions is None:
         raise ValueError(f"{args.model} was trained without actions: it cannot act; train it with actions")
     if args.compile:
-        world.compile_generator(args.linear_dtype)
+        world.compile(args.linear_dtype)
     sampling = SamplingConfig(steps=args.steps, noise_scale=args.noise_scale)
     from cosmos3_robot.policies.rollout import WorldModelPolicy
 
@@ -187,6 +188,10 @@ def make_policy(args: argparse.Namespace):
         from cosmos3_robot.encoders.state_estimator import load_estimator
 
         estimator = load_estimator(args.estimator)
+        if args.compile:
+            from cosmos3_robot.infra.compiled import compile_estimator
+
+            compile_estimator(estimator)
     policy = WorldModelPolicy(world, execute=args.execute, sampling=sampling, imagine=args.rrd,
                               ensemble=args.ensemble, estimator=estimator, mode=args.policy_mode)  # fmt: skip
     world.check_env(args.env)

@@ -16,6 +16,7 @@ from cosmos3_robot.encoders.state_estimator import (
     save_estimator,
     spatial_softmax,
 )
+from cosmos3_robot.infra.compiled import compile_estimator, compiler_available
 
 
 def config(size=32, dim=2, **kw):
@@ -84,6 +85,20 @@ def test_it_learns_where_the_named_square_is():
         swapped = model.denormalise(model(test_frames[:1], [wrong_square]))[0]
     assert err < 0.25 * mean_err, (err, mean_err)  # pixels, held out
     assert (swapped - test_state[0]).abs().max() > 4  # the instruction picks the square
+
+
+@pytest.mark.skipif(not compiler_available(), reason="torch.compile needs a C++ compiler")
+def test_a_compiled_estimator_estimates_as_the_eager_one():
+    torch.manual_seed(0)
+    model, eager = StateEstimator(config(dim=6)).eval(), StateEstimator(config(dim=6)).eval()
+    eager.load_state_dict(model.state_dict())
+    compile_estimator(model)
+    rng = np.random.default_rng(0)
+    for task in ("red", "the blue square", "red"):  # instructions of other lengths: one program
+        pixels = rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)
+        np.testing.assert_allclose(
+            model.estimate(pixels, task), eager.estimate(pixels, task), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_save_load_round_trip_and_frame_size_check(tmp_path):

@@ -60,29 +60,52 @@ def test_bf16_products_plan_close_to_fp32_and_bad_names_are_refused(tiny_world):
 
 
 @pytest.mark.skipif(not compiler_available(), reason="torch.compile needs a C++ compiler")
-def test_a_compiled_generator_plans_as_the_eager_one(tiny_world):
+def test_a_compiled_model_plans_as_the_eager_one_at_any_instruction_length(tiny_world):
     wm = WorldModel.from_folder(tiny_world[0])  # its own copy: compiling freezes its weights
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(2)]
-    task = "move the fingertip to the red target"
+    # Instructions of three lengths: the Reasoner's keys change length, the compiled step must not
+    # serve a stale layout.
+    tasks = ["move the fingertip to the red target", "move the fingertip to the blue target", "push it"]
 
     def plans() -> list[np.ndarray]:
         return [
-            PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(f, task)
+            PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(f, t)
             for f in frames
+            for t in tasks
         ]
 
     eager = plans()  # the oracle: the same model, op by op
-    wm.compile_generator("fp32")
+    wm.compile("fp32")
     compiled = plans()
     for c, e in zip(compiled, eager, strict=True):
         np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+    clip = torch.as_tensor(np.stack(frames))[:, None]
+    eager_world = WorldModel.from_folder(tiny_world[0])
+    # the compiled encoder
+    torch.testing.assert_close(wm.encode_frames(clip), eager_world.encode_frames(clip))
     with pytest.raises(ValueError, match="must be one of fp32, bf16"):
-        wm.compile_generator("fp16")
+        wm.compile("fp16")
     with pytest.raises(ValueError, match="compiled"):  # its weights are frozen into the program
         wm.set_linear_dtype("bf16")
     with pytest.raises(ValueError, match="compiled already"):
-        wm.compile_generator("fp32")
+        wm.compile("fp32")
+
+
+@pytest.mark.skipif(not compiler_available(), reason="torch.compile needs a C++ compiler")
+def test_a_compiled_bf16_step_plans_close_to_the_fp32_one(tiny_world):
+    wm = WorldModel.from_folder(tiny_world[0])
+    pixels = np.random.default_rng(1).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    task = "move the fingertip to the red target"
+
+    def plan() -> np.ndarray:
+        return PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(pixels, task)
+
+    fp32 = plan()
+    wm.compile("bf16")
+    low = plan()
+    assert not np.array_equal(low, fp32)  # it ran in bf16 ...
+    np.testing.assert_allclose(low, fp32, atol=0.05 * np.abs(fp32).max())  # ... to bf16's precision
 
 
 def test_policy_queue_replans_every_execute_steps(world):
