@@ -12,12 +12,14 @@ per-call cost is paid once per fused kernel instead of once per op.
 Two functions are compiled:
   - `compile_generator`: `MoT.step_velocity`, one whole denoising step (the step's latents embedded,
     the noise level's embedding added, the Generator tower, the velocities read out). σ arrives as its
-    embedding, a tensor, so one program serves every step of every plan of a layout;
-  - `compile_encoder`: the VAE's `posterior_mean`, and `compile_estimator`: a state estimator, both
-    in float32 (the same figures as eager, to float32 rounding: `tests/policies/test_policies.py`).
+    embedding, a tensor, so one program serves every step of every plan; the instruction's length
+    becomes symbolic the first time it changes (one more compile), then every instruction shares it;
+  - `compile_encoder`: the VAE's `posterior_mean`, and `compile_estimator`: a state estimator's
+    `read`, both in float32 and for static shapes (the same figures as eager, to float32 rounding:
+    `tests/policies/test_policies.py`, `tests/encoders/test_state_estimator.py`).
 What it costs and assumes:
-  - a C++ compiler on the PATH; the first plan of each new layout (e.g. another instruction length)
-    compiles for about 20-40 s on 2 cores;
+  - a C++ compiler on the PATH; the first plan compiles for about 40 s on 2 cores (step, encoder and
+    estimator), and the first change of instruction length about 15 s more;
   - the weights are frozen into the compiled programs: they serve inference only, and a model whose
     weights change afterwards needs compiling again;
   - `linear_dtype=torch.bfloat16` runs the step under bf16 autocast: products, attention and the

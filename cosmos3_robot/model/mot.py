@@ -439,19 +439,11 @@ class MoT(nn.Module):
         return [p for p in self.parameters() if id(p) not in ar_ids]
 
     def reasoner_parameters(self) -> list[nn.Parameter]:
-        params = (
-            list(self.embed_tokens.parameters())
-            + list(self.norm.parameters())
-            + list(self.lm_head.parameters())
-        )
+        """Parameters the Reasoner path reads, each once (tied ones too), in module order."""
+        params = [*self.embed_tokens.parameters(), *self.norm.parameters(), *self.lm_head.parameters()]
         for layer in self.layers:
             params += list(layer.ar.parameters())  # (ar_key_norm_for_dm is read only by the Generator)
-        seen, unique = set(), []
-        for p in params:
-            if id(p) not in seen:
-                seen.add(id(p))
-                unique.append(p)
-        return unique
+        return list({id(p): p for p in params}.values())
 
 
 def count_parameters(model: nn.Module) -> int:
