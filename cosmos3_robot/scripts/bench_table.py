@@ -119,7 +119,8 @@ def _mean_cell(m: dict) -> str:
     if m["mean_success_rate"] is None:
         return "n/a"
     lo, hi = m["pooled_wilson95"]
-    return f"{m['mean_success_rate']:.1%} ({m['successes']}/{m['episodes']} pooled, {lo:.0%}-{hi:.0%})"
+    tasks = f"{m['tasks']} task" + ("s" if m["tasks"] != 1 else "")  # an arm may have run fewer tasks
+    return f"{m['mean_success_rate']:.1%} over {tasks} ({m['successes']}/{m['episodes']} pooled, {lo:.0%}-{hi:.0%})"
 
 
 def _cell(r: dict | None) -> str:

@@ -92,6 +92,7 @@ def test_a_compiled_model_plans_as_the_eager_one_at_any_instruction_length(tiny_
         wm.compile("fp32")
 
 
+@pytest.mark.slow  # a second compile (about 30 s); the fp32 test above checks the compiled path
 @pytest.mark.skipif(not compiler_available(), reason="torch.compile needs a C++ compiler")
 def test_a_compiled_bf16_step_plans_close_to_the_fp32_one(tiny_world):
     wm = WorldModel.from_folder(tiny_world[0])

@@ -30,7 +30,10 @@ def test_two_runs_make_one_table_with_each_arms_mean_over_the_tasks_run():
     assert figures["means"]["act"]["successes"] == 80 and figures["means"]["act"]["episodes"] == 100
     assert figures["means"]["act"]["pooled_wilson95"] == pytest.approx(list(wilson_interval(80, 100)))
     assert figures["cells"]["b-v3/ours"]["run"] == "r2"
-    assert "| a-v3 | 40/50 (" in text and "| mean over the tasks run (2 of 3) | 50.0% (50/100 pooled" in text
+    assert (
+        "| a-v3 | 40/50 (" in text
+        and "| mean over the tasks run (2 of 3) | 50.0% over 2 tasks (50/100 pooled" in text
+    )
     assert "Not run yet: c-v3." in text
 
 
@@ -39,6 +42,7 @@ def test_an_arm_missing_on_a_task_is_shown_not_run_and_left_out_of_its_mean():
         [("r1", run({("a-v3", "ours"): 25, ("a-v3", "act"): 50, ("b-v3", "act"): 0}))], SUITE
     )
     assert "| b-v3 | not run | 0/50 (" in text
+    assert "| 50.0% over 1 task (25/50 pooled" in text and "| 50.0% over 2 tasks (50/100 pooled" in text
     assert figures["means"]["ours"]["tasks"] == 1 and figures["means"]["ours"]["mean_success_rate"] == 0.5
     assert figures["means"]["act"]["mean_success_rate"] == 0.5
 
