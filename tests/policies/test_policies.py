@@ -40,19 +40,26 @@ def test_exported_model_carries_its_data_state(world):
     torch.testing.assert_close(g.action_time(), torch.tensor([0.0, 0.1, 0.2, 0.3]))
 
 
-def test_bf16_products_plan_close_to_fp32_and_bad_names_are_refused(tiny_world):
-    wm = WorldModel.from_folder(tiny_world[0])  # its own copy: the module's `world` stays fp32
-    pixels = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
-    task = "move the fingertip to the red target"
+def bf16_plans_close_to_fp32(wm: WorldModel, to_bf16, seed: int):
+    """Plan in fp32, call `to_bf16()`, plan again: the bf16 plan differs, by bf16's precision only.
+    Returns the fp32 plan and the planning function."""
+    pixels = np.random.default_rng(seed).integers(0, 255, (32, 32, 3), dtype=np.uint8)
 
     def plan() -> np.ndarray:
-        return PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(pixels, task)
+        runner = PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0))
+        return runner.plan(pixels, "move the fingertip to the red target")
 
     fp32 = plan()
-    wm.set_linear_dtype("bf16")
+    to_bf16()
     low = plan()
     assert not np.array_equal(low, fp32)  # it ran in bf16 ...
     np.testing.assert_allclose(low, fp32, atol=0.05 * np.abs(fp32).max())  # ... to bf16's precision
+    return fp32, plan
+
+
+def test_bf16_products_plan_close_to_fp32_and_bad_names_are_refused(tiny_world):
+    wm = WorldModel.from_folder(tiny_world[0])  # its own copy: the module's `world` stays fp32
+    fp32, plan = bf16_plans_close_to_fp32(wm, lambda: wm.set_linear_dtype("bf16"), seed=0)
     wm.set_linear_dtype("fp32")
     np.testing.assert_allclose(plan(), fp32, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="must be one of fp32, bf16"):
@@ -96,17 +103,7 @@ def test_a_compiled_model_plans_as_the_eager_one_at_any_instruction_length(tiny_
 @pytest.mark.skipif(not compiler_available(), reason="torch.compile needs a C++ compiler")
 def test_a_compiled_bf16_step_plans_close_to_the_fp32_one(tiny_world):
     wm = WorldModel.from_folder(tiny_world[0])
-    pixels = np.random.default_rng(1).integers(0, 255, (32, 32, 3), dtype=np.uint8)
-    task = "move the fingertip to the red target"
-
-    def plan() -> np.ndarray:
-        return PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2, seed=0)).plan(pixels, task)
-
-    fp32 = plan()
-    wm.compile("bf16")
-    low = plan()
-    assert not np.array_equal(low, fp32)  # it ran in bf16 ...
-    np.testing.assert_allclose(low, fp32, atol=0.05 * np.abs(fp32).max())  # ... to bf16's precision
+    bf16_plans_close_to_fp32(wm, lambda: wm.compile("bf16"), seed=1)
 
 
 def test_policy_queue_replans_every_execute_steps(world):
