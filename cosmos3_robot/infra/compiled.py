@@ -63,7 +63,7 @@ def compile_generator(model, linear_dtype: torch.dtype | None = None) -> None:
     autocast = dict(device_type="cpu", dtype=linear_dtype or torch.bfloat16, enabled=linear_dtype is not None)
 
     def step_velocity(*args, **kwargs):
-        with torch.no_grad(), torch.autocast(**autocast):
+        with torch.autocast(**autocast):
             return {name: v.float() for name, v in eager(*args, **kwargs).items()}
 
     # One program for every instruction: the Reasoner's keys vary in length with the instruction
@@ -74,37 +74,26 @@ def compile_generator(model, linear_dtype: torch.dtype | None = None) -> None:
 def compile_encoder(vae) -> None:
     """Replace `vae.posterior_mean` (a `VideoVAE`) by its compiled form, in place, in float32."""
     _require_compiler()
-    eager = type(vae).posterior_mean.__get__(vae)
-
-    def posterior_mean(x):
-        with torch.no_grad():
-            return eager(x)
-
-    vae.posterior_mean = _compiled(posterior_mean)
+    vae.posterior_mean = _compiled(type(vae).posterior_mean.__get__(vae))
 
 
 def compile_estimator(estimator) -> None:
     """Replace `estimator.read` (a `StateEstimator`) by its compiled form, in place, in float32."""
     _require_compiler()
-    eager = type(estimator).read.__get__(estimator)
-
-    def read(frames, words):
-        with torch.no_grad():
-            return eager(frames, words)
-
-    estimator.read = _compiled(read)
+    estimator.read = _compiled(type(estimator).read.__get__(estimator))
 
 
 def _compiled(fn, dynamic: bool | None = False):
-    """`fn` compiled under `INDUCTOR_OPTIONS`: for static shapes (one program per layout), or with
-    `dynamic=None` as torch.compile's default (a size seen to change becomes symbolic)."""
+    """`fn` compiled for inference (no autograd) under `INDUCTOR_OPTIONS`: for static shapes (one
+    program per layout), or with `dynamic=None` as torch.compile's default (a size seen to change
+    becomes symbolic)."""
     import torch._inductor.config as inductor_config  # loads Inductor: only where a model is compiled
 
     compiled = torch.compile(fn, dynamic=dynamic)
     options = inductor_config.patch(dict(INDUCTOR_OPTIONS))  # made once: its class is built per patch()
 
     def run(*args, **kwargs):
-        with options:
+        with options, torch.no_grad():
             return compiled(*args, **kwargs)
 
     return run
