@@ -1,5 +1,5 @@
 """Where one closed-loop plan of our policy spends its time: the state estimator, the VAE's encoding of
-the frame, the batch, the sampling request, the denoising steps (`MoT.step_velocity`: the step's
+the frame, the batch, the sampling request, the denoising steps (`MoT.euler_step`: the step's
 tokens embedded, the Generator tower, the velocities read out) and the rest of the sampler, timed
 per plan over real episodes (the policy acting in the env, as `rollout` runs it). For choosing what
 to make faster toward issue 18's 50 ms per chunk; `rollout` stays the figure of record.
@@ -76,7 +76,7 @@ if estimator is not None:
 timed(world, "encode_frames", "vae_encode")
 timed(world, "clip_batch", "clip_batch")
 timed(world.model, "prepare_request", "prepare_request")
-timed(world.model, "step_velocity", "denoising_step")
+timed(world.model, "euler_step", "denoising_step")
 timed(runners, "sample_mode", "sample")
 timed(policy.runner, "plan", "plan_after_estimate")
 

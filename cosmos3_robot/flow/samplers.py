@@ -93,6 +93,12 @@ class EulerSampler(Sampler):
         self.index += 1
         return _map(lambda xi, vi: xi + h * vi, x, v)
 
+    def stepped(self) -> None:
+        """Move to the next level after the caller made this step's update itself (the same
+        x + (σ_{i+1} − σ_i)·v, e.g. `SamplingRequest.euler_step`: velocity and update in one call)."""
+        self._check()
+        self.index += 1
+
 
 class HeunSampler(Sampler):
     """Heun's 2nd-order method (the trapezoid rule with an Euler predictor).

@@ -9,11 +9,14 @@ per-call cost is paid once per fused kernel instead of once per op.
 
     world.compile("bf16")   # WorldModel.from_folder(...); then plan as usual
 
-Two functions are compiled:
+What is compiled:
   - `compile_generator`: `MoT.step_velocity`, one whole denoising step (the step's latents embedded,
-    the noise level's embedding added, the Generator tower, the velocities read out). σ arrives as its
-    embedding, a tensor, so one program serves every step of every plan; the instruction's length
-    becomes symbolic the first time it changes (one more compile), then every instruction shares it;
+    the noise level's embedding added, the Generator tower, the velocities read out), and
+    `MoT.euler_step`, the same with the Euler update after it (what an Euler plan calls: the
+    sampler's arithmetic and the step in one program, one call per step). σ arrives as its
+    embedding and σ_next − σ as a tensor, so one program serves every step of every plan; the
+    instruction's length becomes symbolic the first time it changes (one more compile), then every
+    instruction shares it;
   - `compile_encoder`: the VAE's `posterior_mean`, and `compile_estimator`: a state estimator's
     `read`, both in float32 and for static shapes (the same figures as eager, to float32 rounding:
     `tests/policies/test_policies.py`, `tests/encoders/test_state_estimator.py`).
@@ -37,6 +40,7 @@ import shutil
 import torch
 
 from cosmos3_robot.infra.cpu_pack import LINEAR_DTYPES, unpack
+from cosmos3_robot.model.request import euler_update
 
 # Read when a graph compiles, which happens lazily inside a call (`options=` of torch.compile did not
 # reach freezing: measured 10 ms slower). freezing: weights as constants, packed once; cpp_wrapper:
@@ -50,7 +54,7 @@ def compiler_available() -> bool:
 
 
 def compile_generator(model, linear_dtype: torch.dtype | None = None) -> None:
-    """Replace `model.step_velocity` (an `MoT`) by its compiled form, in place."""
+    """Replace `model.step_velocity` and `model.euler_step` (an `MoT`) by their compiled forms, in place."""
     if linear_dtype not in LINEAR_DTYPES.values():
         raise ValueError(f"linear_dtype must be one of {list(LINEAR_DTYPES)} (None or torch.bfloat16)")
     _require_compiler()
@@ -66,9 +70,14 @@ def compile_generator(model, linear_dtype: torch.dtype | None = None) -> None:
         with torch.autocast(**autocast):
             return {name: v.float() for name, v in eager(*args, **kwargs).items()}
 
+    def euler_step(cache, gen, plan, t, h, rope):
+        return euler_update(gen, step_velocity(cache, gen, plan, t, rope), h)
+
     # One program for every instruction: the Reasoner's keys vary in length with the instruction
     # (a new colour name is a new length), so the step is compiled with that length symbolic.
+    # Each compiles on its first call: an Euler plan calls `euler_step` only.
     model.step_velocity = _compiled(step_velocity, dynamic=None)
+    model.euler_step = _compiled(euler_step, dynamic=None)
 
 
 def compile_encoder(vae) -> None:

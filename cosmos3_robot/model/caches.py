@@ -118,6 +118,22 @@ class TextCache:
     next_position: Tensor  # (B,) position of the next token
     length: int
 
+    @classmethod
+    def start(cls, out: ReasonerOutput, max_new_tokens: int) -> TextCache:
+        """A prompt's K/V (`MoT.reason(..., keep_text_kv=True)`) moved into a cache with room for
+        `max_new_tokens` more, for `MoT.decode`."""
+        if out.text_kv is None:
+            raise ValueError("call reason(..., keep_text_kv=True) before decoding")
+        b, g, la, d = out.text_kv[0][0].shape
+
+        def with_room(t: Tensor) -> Tensor:
+            return torch.cat([t, t.new_zeros(b, g, max_new_tokens, d)], dim=2)
+
+        valid = torch.zeros(b, la + max_new_tokens, dtype=torch.bool, device=out.text_kv[0][0].device)
+        valid[:, :la] = True if out.cache.valid is None else out.cache.valid
+        ks, vs = [with_room(k) for k, _ in out.text_kv], [with_room(v) for _, v in out.text_kv]
+        return cls(k=ks, v=vs, valid=valid, next_position=out.cache.next_position.clone(), length=la)
+
 
 @dataclass
 class StepPlan:

@@ -14,9 +14,10 @@ Entry points:
   `reason`   — Reasoner only (a reasoning request never reads a Generator weight); returns logits
                and the cache the Generator reads.
   `denoise`  — Generator only, given a cache: one velocity prediction, each token at its own σ.
-  `plan_steps` / `denoise_step` — the same for a sampler: a request's fixed parts are computed once.
+  `plan_steps` / `denoise_step` / `euler_step` — the same for a sampler: a request's fixed parts are
+               computed once.
   `forward`  — `reason` then `denoise`: the generation forward used for training.
-  `decode`   — incremental causal decoding of text with a KV cache.
+  `decode`   — incremental causal decoding of text with a KV cache (`TextCache.start`).
 
 Noise-level conditioning follows Cosmos 3: a timestep embedding of σ is added to every *noisy*
 token at the input (clean tokens get none); audio, action and state tokens also get a learned
@@ -33,7 +34,7 @@ from cosmos3_robot.model.block import MoTBlock
 from cosmos3_robot.model.caches import ReasonerCache, ReasonerOutput, StepPlan, TextCache
 from cosmos3_robot.model.config import ModelConfig
 from cosmos3_robot.model.layers import EmbodimentLinear, RMSNorm, TimestepEmbedder
-from cosmos3_robot.model.request import SamplingRequest
+from cosmos3_robot.model.request import SamplingRequest, euler_update
 from cosmos3_robot.model.rope import rope_cos_sin, rotation_table, text_positions, time_positions
 from cosmos3_robot.model.sequence import GenInput, Stream
 
@@ -140,28 +141,10 @@ class MoT(nn.Module):
             text_kv=text_kv if keep_text_kv else None,
         )
 
-    def start_decoding(self, out: ReasonerOutput, max_new_tokens: int) -> TextCache:
-        """Move a prompt's K/V into a preallocated cache with room for max_new_tokens."""
-        if out.text_kv is None:
-            raise ValueError("call reason(..., keep_text_kv=True) before decoding")
-        k0 = out.text_kv[0][0]
-        b, g, la, d = k0.shape
-        lmax = la + max_new_tokens
-        ks, vs = [], []
-        for k, v in out.text_kv:
-            kk = k.new_zeros(b, g, lmax, d)
-            vv = v.new_zeros(b, g, lmax, d)
-            kk[:, :, :la], vv[:, :, :la] = k, v
-            ks.append(kk)
-            vs.append(vv)
-        valid = torch.zeros(b, lmax, dtype=torch.bool, device=k0.device)
-        valid[:, :la] = True if out.cache.valid is None else out.cache.valid
-        return TextCache(k=ks, v=vs, valid=valid, next_position=out.cache.next_position.clone(), length=la)
-
     def decode(self, token: Tensor, cache: TextCache) -> Tensor:
         """One step of causal decoding: token (B,) -> logits (B, V); the cache grows by one slot."""
         if cache.length >= cache.valid.shape[1]:
-            raise ValueError("text cache is full; pass a larger max_new_tokens to start_decoding")
+            raise ValueError("text cache is full; pass a larger max_new_tokens to TextCache.start")
         b = token.shape[0]
         if b != cache.valid.shape[0]:
             raise ValueError(f"cache was built for batch {cache.valid.shape[0]}, got {b} tokens")
@@ -353,18 +336,35 @@ class MoT(nn.Module):
         """`denoise` for one sampling step of a planned request: every noisy token is at noise
         level `sigma` (the streams' σ fields are not read) and nothing the plan holds is recomputed.
         rope: `generator_rope(cache, gen)`, fixed while the cache is (None: computed here)."""
-        self._check_generator_input(cache, gen, validate=False)
-        if plan.noisy.shape != (gen.batch, gen.length):
-            raise ValueError(
-                f"the plan was built for {tuple(plan.noisy.shape)} (batch, tokens) but the Generator input "
-                f"has {(gen.batch, gen.length)}; plan the input the steps see (both halves under guidance)"
-            )
+        self.check_step(cache, gen, plan)
         t = plan.levels.get(sigma)
         if t is None:  # a level outside the planned schedule (in float32, as `_time_embedding`)
             level = torch.full((1,), sigma, dtype=torch.float32, device=plan.noisy.device)
             t = self._level_embedding(level)[0]
         rope = rope if rope is not None else self._rope(self.generator_positions(cache, gen))
         return self.step_velocity(cache, gen, plan, t, rope)
+
+    def check_step(self, cache: ReasonerCache, gen: GenInput, plan: StepPlan) -> None:
+        """Raise unless `gen` has the batch of `cache` and the layout `plan` was built for."""
+        self._check_generator_input(cache, gen, validate=False)
+        if plan.noisy.shape != (gen.batch, gen.length):
+            raise ValueError(
+                f"the plan was built for {tuple(plan.noisy.shape)} (batch, tokens) but the Generator input "
+                f"has {(gen.batch, gen.length)}; plan the input the steps see (both halves under guidance)"
+            )
+
+    def euler_step(
+        self,
+        cache: ReasonerCache,
+        gen: GenInput,
+        plan: StepPlan,
+        t: Tensor,
+        h: Tensor,
+        rope: tuple[Tensor, Tensor],
+    ) -> dict[str, Tensor]:
+        """`step_velocity`, then the Euler update x + h·v of the noisy tokens (h: σ_next − σ, a tensor):
+        one denoising step, one program under `compile_generator`. Checked already (`check_step`)."""
+        return euler_update(gen, self.step_velocity(cache, gen, plan, t, rope), h)
 
     def step_velocity(
         self, cache: ReasonerCache, gen: GenInput, plan: StepPlan, t: Tensor, rope: tuple[Tensor, Tensor]

@@ -7,7 +7,8 @@ passes are one batched call: [cond; uncond] caches stacked along the batch, padd
 This holds for any batch size, with guidance, with video + audio + actions in one sequence.
 
 Each step asks a `SamplingRequest` (`MoT.prepare_request`: the cache with room for the Generator
-keys, the noisy layout, the noise-level embeddings of the schedule, the rotations) for its velocity.
+keys, the noisy layout, the noise-level embeddings of the schedule, the rotations) for its velocity,
+or, with an Euler sampler and no guidance, for the whole step (velocity and update in one call).
 `reuse_cache=False` instead
 recomputes the prompt's Reasoner pass, the positions and every token's noise embedding at every step
 (`MoT.denoise`) — the behaviour of Diffusers' Cosmos 3 pipeline — and exists as the independent
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from cosmos3_robot.flow import Sampler, guided
+from cosmos3_robot.flow import EulerSampler, Sampler, guided
 from cosmos3_robot.model import GenInput, MoT, ReasonerCache
 
 
@@ -138,9 +139,15 @@ def sample(
     # The cached path validates the first step's input once (noise included) and plans what every
     # step shares.
     request = model.prepare_request(caches(), first, sampler.sigmas) if reuse_cache else None
+    # Euler, cached: velocity and update in one call; σ fields are unread there (`MoT.denoise_step`).
+    fused = request is not None and not use_cfg and isinstance(sampler, EulerSampler)
     first_step = True
     while not sampler.done:
         sigma = sampler.sigma
+        if fused:
+            x = request.euler_step(gen.replace_latents(x), sigma)
+            sampler.stepped()
+            continue
         step_in = step_input(sigma)
         if reuse_cache:
             v = request.velocity(step_in, sigma)

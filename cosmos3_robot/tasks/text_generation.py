@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from cosmos3_robot.model.caches import TextCache
 from cosmos3_robot.model.mot import MoT
 
 
@@ -113,7 +114,7 @@ def generate(
     device = out.hidden.device
     last = (lengths.to(device) - 1) if lengths is not None else torch.full((b,), la - 1, device=device)
     logits = model.lm_head(out.hidden[torch.arange(b, device=device), last])  # (B, V)
-    cache = model.start_decoding(out, cfg.max_new_tokens)
+    cache = TextCache.start(out, cfg.max_new_tokens)
     gen = None
     if cfg.do_sample:
         gen = torch.Generator(device=device)

@@ -18,7 +18,7 @@ from cosmos3_robot.flow import (
     shift_sigma,
     velocity_target,
 )
-from cosmos3_robot.model import GenInput, MoT, ReasonerCache, preset
+from cosmos3_robot.model import GenInput, MoT, ReasonerCache, TextCache, preset
 from cosmos3_robot.tasks.sampling import Prompt, sample
 from tests.builders import make_gen
 
@@ -152,8 +152,11 @@ def _prompts(b: int, vocab: int):
     return cond, null
 
 
+# Euler without guidance takes the fused path (`SamplingRequest.euler_step`: velocity and update in
+# one call); the recomputed side always integrates through the sampler's own `step`.
+@pytest.mark.parametrize("guidance", [1.0, 3.0])
 @pytest.mark.parametrize("sampler_cls", [EulerSampler, HeunSampler])
-def test_cached_generation_equals_recomputed_generation(sampler_cls):
+def test_cached_generation_equals_recomputed_generation(sampler_cls, guidance):
     m = _model()
     b = 3
     gen = make_gen(b, frames=[2, 2, 1], actions=[5, 4, 5], audio=[3, 3, 2])
@@ -162,7 +165,7 @@ def test_cached_generation_equals_recomputed_generation(sampler_cls):
         gen, audio=dataclasses.replace(gen.audio, noisy=torch.ones_like(gen.audio.noisy))
     )
     cond, null = _prompts(b, m.config.vocab_size)
-    kw = dict(num_steps=4, shift=2.0, guidance=3.0, null_prompt=null)
+    kw = dict(num_steps=4, shift=2.0, guidance=guidance, null_prompt=null)
     cached = sample(m, gen, sampler_cls(), cond, generator=torch.Generator().manual_seed(5), **kw)
     recomputed = sample(
         m, gen, sampler_cls(), cond, generator=torch.Generator().manual_seed(5), reuse_cache=False, **kw
@@ -304,7 +307,7 @@ def test_incremental_text_decoding_equals_full_forward():
     new = torch.randint(0, m.config.vocab_size, (2, 4), generator=g)
     with torch.no_grad():
         out = m.reason(ids, lengths=lengths, keep_text_kv=True)
-        cache = m.start_decoding(out, max_new_tokens=4)
+        cache = TextCache.start(out, max_new_tokens=4)
         for step in range(4):
             logits = m.decode(new[:, step], cache)
             for i in range(2):

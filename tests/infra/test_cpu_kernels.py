@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from cosmos3_robot.infra import cpu_kernels
 from cosmos3_robot.infra.cpu_pack import CPUTowerAttention, FusedRMSNorm, pack_for_cpu, unpack
+from cosmos3_robot.model.caches import TextCache
 from cosmos3_robot.model.rope import rotation_table
 from tests.builders import make_gen, tiny_model
 
@@ -125,13 +126,13 @@ def test_packed_model_with_fused_kernels_matches_the_eager_model(monkeypatch):
     with torch.no_grad():
         r = m.reason(ids, keep_text_kv=True)
         v = m.denoise(r.cache, gen)
-        token = m.decode(r.logits[:, -1].argmax(-1), m.start_decoding(r, 2))
+        token = m.decode(r.logits[:, -1].argmax(-1), TextCache.start(r, 2))
     packed = pack_for_cpu(copy.deepcopy(m))
     calls = _count_kernel_calls(monkeypatch)
     with torch.no_grad():
         rp = packed.reason(ids, keep_text_kv=True)
         vp = packed.denoise(rp.cache, gen)
-        token_p = packed.decode(rp.logits[:, -1].argmax(-1), packed.start_decoding(rp, 2))
+        token_p = packed.decode(rp.logits[:, -1].argmax(-1), TextCache.start(rp, 2))
     layers = m.config.attention.num_layers
     # Reasoner, Generator and decoding: two norms and one fused q/k call per tower and layer
     assert calls["rms_norm"] >= 3 * 2 * layers and calls["qk_norm_rope"] >= 3 * 2 * layers

@@ -136,15 +136,13 @@ def test_a_policy_samples_the_mode_its_model_trained_and_refuses_one_it_did_not(
     runner = PolicyRunner(fast, execute=2, sampling=SamplingConfig(steps=2))
     assert runner.mode == "action_policy"
     tokens = []  # Generator tokens of each denoising step
-    denoise = fast.model.denoise_step
-    fast.model.denoise_step = lambda cache, gen, *a, **k: (
-        tokens.append(gen.length) or denoise(cache, gen, *a, **k)
-    )
+    step = fast.model.euler_step  # an Euler plan's step (velocity and update)
+    fast.model.euler_step = lambda cache, gen, *a, **k: tokens.append(gen.length) or step(cache, gen, *a, **k)
     pixels, task = np.zeros((32, 32, 3), np.uint8), "move the fingertip to the red target"
     assert fast.model is wm.model  # one network: the policy mode's count comes from `wm`
     PolicyRunner(wm, execute=2, sampling=SamplingConfig(steps=2)).plan(pixels, task)
     chunk = runner.plan(pixels, task)
-    del fast.model.denoise_step
+    del fast.model.euler_step
     assert chunk.shape == (4, 2) and np.isfinite(chunk).all()
     assert runner.imagined_frames() is None  # it imagines no frames
     g = fast.geometry
