@@ -12,7 +12,8 @@
 # --environment-state`, the same minutes, batch 8, chunk 10, execute 5: the baseline for `full`).
 # Usage: privileged_state.sh DATA_DIR [MINUTES] [ARM] [OUT_DIR] (OUT_DIR: default DATA_DIR/privileged_<arm>)
 # Another task: TASK=cosmos3_robot/Push-v0 DATASET=DIR LATENTS=DIR (defaults: Reach, DATA_DIR/reach128,
-# DATA_DIR/latents_random); the state widths are read from the dataset.
+# DATA_DIR/latents_random); the state widths are read from the dataset. MODES="action_policy: 1" trains
+# those generator.modes instead of the trainer's mix of the four design modes.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=$(realpath "${1:-data}")
@@ -51,7 +52,8 @@ $CLI train model=sim-small model.latent_channels=48 model.state_dim=$DIM minutes
   +data.options.vae_preset=tiny +data.options.state_key=$KEY \
   +data.options.num_frames=5 +data.options.num_actions=10 +data.options.pad=true \
   +data.options.latent_cache="$LATENTS" +data.options.val_fraction=0.1 \
-  optim.lr=1e-3 optim.warmup_steps=50 checkpoint.every=200 val_every=0 progress=false
+  optim.lr=1e-3 optim.warmup_steps=50 checkpoint.every=200 val_every=0 progress=false \
+  ${MODES:+"generator.modes={$MODES}"}
 $CLI rollout --model "$OUT/model" --env "$TASK" --episodes 50 --seed 10000 \
   --execute 5 --steps 10 --out "$OUT/rollout" --no-video --no-progress
 echo PRIVILEGED_DONE $ARM
